@@ -1,0 +1,43 @@
+"""Elementwise fake-quant kernels: one pass for the forward value, one for the backward mask.
+
+This module is the pure-PyTorch implementation; a compiled kernel replaces it when present.
+Both compute, with ``scale = amax / qmax`` and round-half-to-even (as ONNX QuantizeLinear):
+
+    y    = clamp(round(x / scale), qmin, qmax) * scale
+    mask = qmin <= round(x / scale) <= qmax          (straight-through gradient)
+
+``amax`` is a float32 tensor broadcastable to ``x`` (0-d per tensor, keep-dim per channel).
+Inputs of any float dtype are computed in float32 and returned in their own dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# A scale may not be 0 (a channel whose calibrated range is 0 holds only zeros).
+_MIN_SCALE = torch.finfo(torch.float32).tiny
+
+
+def scale_of(amax: torch.Tensor, qmax: int) -> torch.Tensor:
+    """Quantization step for ``amax`` (float32, never 0)."""
+    return (amax.float() / qmax).clamp_min(_MIN_SCALE)
+
+
+def fake_quant_forward(
+    x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
+) -> tuple[torch.Tensor, bool | None]:
+    """Fake-quantize ``x``; also say whether any element was clipped (None: unknown)."""
+    scale = scale_of(amax, qmax)
+    q = torch.round(x.float() / scale).clamp_(qmin, qmax)
+    return q.mul_(scale).to(x.dtype), None
+
+
+def fake_quant_grad_input(
+    grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
+) -> torch.Tensor:
+    """``grad`` where ``x`` was not clipped, 0 elsewhere."""
+    q = torch.round(x.float() / scale_of(amax, qmax))
+    return grad * ((q >= qmin) & (q <= qmax)).to(grad.dtype)
+
+
+BACKEND = "pytorch"

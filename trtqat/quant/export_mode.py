@@ -1,0 +1,48 @@
+"""Export mode: quantizers emit torch's fake-quantize ops, which ONNX exporters turn into
+QuantizeLinear/DequantizeLinear with constant scales and zero-points."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import torch
+
+from trtqat.errors import QuantizerStateError
+from trtqat.quant._fused import scale_of
+
+_state = threading.local()
+
+
+def active() -> bool:
+    """True inside :func:`enabled`."""
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[None]:
+    """Within this block, TensorQuantizers use ONNX-exportable fake-quantize ops."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def fake_quant_for_export(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
+                          axis: tuple[int, ...] | None) -> torch.Tensor:
+    """Fake-quantize with torch's ``fake_quantize_per_{tensor,channel}_affine`` ops."""
+    scale = scale_of(amax, qmax)
+    if scale.numel() == 1:
+        zero_point = torch.zeros((), dtype=torch.int32, device=x.device)
+        return torch.fake_quantize_per_tensor_affine(x, scale.reshape(()), zero_point, qmin, qmax)
+    if axis is None or len(axis) != 1:
+        raise QuantizerStateError(
+            f"per-channel amax over axes {axis} cannot be exported: ONNX QuantizeLinear takes "
+            "one axis; quantize per tensor or along one axis"
+        )
+    ch_axis = axis[0] % x.dim()
+    scale = scale.reshape(-1)
+    zero_point = torch.zeros_like(scale, dtype=torch.int32)
+    return torch.fake_quantize_per_channel_affine(x, scale, zero_point, ch_axis, qmin, qmax)

@@ -1,0 +1,11 @@
+"""pytorch-quantization's ``quant_modules``: ``initialize()`` / ``deactivate()``."""
+
+from trtqat.quant.quant_modules import (
+    DEFAULT_QUANT_MAP,
+    deactivate,
+    initialize,
+    initialized,
+    is_active,
+)
+
+__all__ = ["DEFAULT_QUANT_MAP", "deactivate", "initialize", "initialized", "is_active"]
