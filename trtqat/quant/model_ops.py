@@ -92,6 +92,24 @@ def name_quantizers(model: nn.Module) -> None:
         q._name = name
 
 
+def disable_layers(model: nn.Module, patterns: Iterable[str]) -> list[str]:
+    """Disable the quantizers of modules whose name matches a glob pattern; returns them.
+
+    Those layers keep their float path (no fake quant, no Q/DQ in an exported ONNX).
+    """
+    patterns = tuple(patterns)
+    hit = []
+    for name, module in model.named_modules():
+        if name and skipped(name, patterns):
+            for _, q in quantizers(module):
+                q.disable()
+            if any(True for _ in quantizers(module)):
+                hit.append(name)
+    if patterns and not hit:
+        raise QuantConfigError(f"--skip-layers {','.join(patterns)} matches no quantized layer; list layer names with `trtqat sensitivity`")
+    return hit
+
+
 def enable_calibration(model: nn.Module) -> None:
     """Quantizers collect statistics and pass tensors through unquantized."""
     for _, q in quantizers(model):

@@ -1,0 +1,105 @@
+"""Checkpoints: one ``.pt`` file per stage, written atomically, loaded with weights_only.
+
+A checkpoint is a dict of plain types and tensors only:
+
+    format      "trtqat-checkpoint/1"
+    stage       "fp32" | "ptq" | "qat"
+    model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"}
+    state_dict  model weights (and quantizer amax buffers for quantized stages)
+    optimizer, scheduler, epoch, rng, metrics, calib, args   (optional)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trtqat.errors import TrtqatError
+
+FORMAT = "trtqat-checkpoint/1"
+
+
+class CheckpointError(TrtqatError, RuntimeError):
+    """A checkpoint is missing, unreadable or of the wrong kind."""
+
+
+def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, **payload}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a trtqat checkpoint (tensors and plain types only: ``weights_only=True``)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("best.pt", "last.pt"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise CheckpointError(f"{path} holds no best.pt or last.pt: run the stage that writes it first")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist: check the path, or run `trtqat train` first")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated file, not a torch file, unpickling refused
+        raise CheckpointError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a trtqat checkpoint (no '{FORMAT}' marker): pass a .pt written by trtqat train/calibrate/qat")
+    return ckpt
+
+
+def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
+    """Rebuild the model a checkpoint describes and load its weights.
+
+    ``quantized=None`` builds what the checkpoint holds; ``True`` on an FP32 checkpoint gives
+    an uncalibrated quantized model with the FP32 weights (the start of PTQ).
+    """
+    from trtqat.train.models import build_model
+
+    spec = ckpt["model"]
+    holds_quant = bool(spec.get("quantized"))
+    quantized = holds_quant if quantized is None else quantized
+    model = build_model(spec["arch"], int(spec["num_classes"]), quantized=quantized)
+    skip = tuple(spec.get("skip_layers") or ())
+    if quantized and skip:
+        from trtqat.quant.model_ops import disable_layers
+
+        disable_layers(model, skip)
+    state = ckpt["state_dict"]
+    if not quantized:
+        state = {k: v for k, v in state.items() if not _is_quantizer_key(k)}
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except (RuntimeError, TrtqatError) as exc:
+        raise CheckpointError(
+            f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes: "
+            f"{str(exc).splitlines()[0][:200]}"
+        ) from None
+    bad = [k for k in result.missing_keys if not _is_quantizer_key(k)] + list(result.unexpected_keys)
+    if bad:
+        raise CheckpointError(
+            f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes "
+            f"({len(bad)} mismatched keys, e.g. {bad[0]}): it was saved from another architecture"
+        )
+    return model
+
+
+def _is_quantizer_key(key: str) -> bool:
+    return "_quantizer." in key or key.startswith("_quantizer.")
