@@ -68,7 +68,7 @@ def copy_float_state(dst: nn.Module, src: nn.Module) -> None:
             continue
         setattr(dst, key, value)
     dst.training = src.training
-    for name, p in src.named_parameters(recurse=False):
-        setattr(dst, name, p)
-    for name, b in src.named_buffers(recurse=False):
-        dst.register_buffer(name, b)
+    for name, p in src._parameters.items():
+        dst.register_parameter(name, p)
+    for name, b in src._buffers.items():
+        dst.register_buffer(name, b, persistent=name not in src._non_persistent_buffers_set)

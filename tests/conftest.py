@@ -1,0 +1,17 @@
+"""Shared test settings: small thread count, deterministic seeds."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield

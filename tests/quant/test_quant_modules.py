@@ -1,0 +1,103 @@
+"""quant_modules.initialize/deactivate, quantize(), model-wide calibration helpers."""
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import trtqat
+from trtqat import nn as quant_nn
+from trtqat import quant_modules
+from trtqat.errors import CalibrationError, QuantConfigError
+
+ORIGINALS = {name: getattr(nn, name) for name in (
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "Linear", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d", "MaxPool2d")}
+
+
+def test_initialize_replaces_and_deactivate_restores():
+    quant_modules.initialize()
+    try:
+        assert nn.Conv2d is quant_nn.QuantConv2d and nn.Linear is quant_nn.QuantLinear
+        assert nn.ConvTranspose3d is quant_nn.QuantConvTranspose3d
+        assert nn.AdaptiveAvgPool2d is quant_nn.QuantAdaptiveAvgPool2d
+        assert nn.MaxPool2d is ORIGINALS["MaxPool2d"]  # not swapped, like the original
+        model = torchvision.models.resnet18(num_classes=10)
+    finally:
+        quant_modules.deactivate()
+    for name, cls in ORIGINALS.items():
+        assert getattr(nn, name) is cls, name
+    assert isinstance(model.conv1, quant_nn.QuantConv2d)
+    assert isinstance(model.fc, quant_nn.QuantLinear)
+    assert isinstance(model.conv1.weight_quantizer, quant_nn.TensorQuantizer)
+    assert model.conv1.weight_quantizer.axis == (0,)
+
+
+def test_context_manager_float_module_list_and_custom():
+    class MyLinear(quant_nn.QuantLinear):
+        pass
+
+    with quant_modules.initialized(float_module_list=["Conv2d"],
+                                   custom_quant_modules=[(nn, "Linear", MyLinear)]):
+        assert nn.Conv2d is ORIGINALS["Conv2d"]
+        assert nn.Linear is MyLinear
+    assert nn.Linear is ORIGINALS["Linear"]
+    with pytest.raises(QuantConfigError, match="Conv9d"):
+        quant_modules.initialize(float_module_list=["Conv9d"])
+    assert not quant_modules.is_active()
+
+
+def test_set_default_quant_desc():
+    desc = trtqat.QuantDescriptor(num_bits=8, calib_method="histogram")
+    old = quant_nn.QuantConv2d.default_quant_desc_input
+    quant_nn.QuantConv2d.set_default_quant_desc_input(desc)
+    try:
+        conv = quant_nn.QuantConv2d(3, 3, 1)
+        assert type(conv.input_quantizer._calibrator).__name__ == "HistogramCalibrator"
+    finally:
+        quant_nn.QuantConv2d.set_default_quant_desc_input(old)
+
+
+@pytest.mark.parametrize("cls,shape,axis", [
+    (quant_nn.QuantConv1d, (2, 3, 9), (0,)),
+    (quant_nn.QuantConv3d, (2, 3, 5, 5, 5), (0,)),
+    (quant_nn.QuantConvTranspose2d, (2, 3, 6, 6), (1,)),
+    (quant_nn.QuantLinear, (2, 3), (0,)),
+])
+def test_layers_match_float_when_quantizers_disabled(cls, shape, axis):
+    layer = cls(3, 4, 3) if cls is not quant_nn.QuantLinear else cls(3, 4)
+    assert layer.weight_quantizer.axis == axis
+    x = torch.randn(*shape)
+    layer.input_quantizer.disable()
+    layer.weight_quantizer.disable()
+    float_cls = cls.__mro__[1]
+    ref = float_cls.forward(layer, x)
+    torch.testing.assert_close(layer(x), ref)
+
+
+def test_quantize_built_model_shares_parameters_and_calibrates():
+    model = torchvision.models.resnet18(num_classes=10)
+    w = model.conv1.weight
+    trtqat.quantize(model)
+    assert isinstance(model.conv1, quant_nn.QuantConv2d) and model.conv1.weight is w
+    assert model.conv1.weight_quantizer._name == "conv1._weight_quantizer"
+    data = [(torch.randn(2, 3, 32, 32), 0) for _ in range(3)]
+    assert trtqat.collect_stats(model, data, num_batches=2, progress=False) == 2
+    trtqat.compute_amax(model, "max")
+    assert float(model.conv1.input_quantizer.amax) > 0
+    out = model(data[0][0])
+    assert out.shape == (2, 10) and torch.isfinite(out).all()
+
+
+def test_quantize_skip_layers_and_errors():
+    model = torchvision.models.resnet18(num_classes=10)
+    trtqat.quantize(model, trtqat.QuantConfig(skip_layers=("fc", "layer4.*")))
+    assert type(model.fc) is nn.Linear
+    assert type(model.layer4[0].conv1) is ORIGINALS["Conv2d"]
+    with pytest.raises(CalibrationError, match="no data"):
+        trtqat.collect_stats(model, [], progress=False)
+    with pytest.raises(CalibrationError, match="unknown calibration method"):
+        trtqat.compute_amax(model, "median")
+    with pytest.raises(CalibrationError, match="no TensorQuantizer"):
+        trtqat.collect_stats(nn.Sequential(nn.ReLU()), [torch.ones(1)], progress=False)
