@@ -1,0 +1,1 @@
+"""A fake ``cuda`` package (cuda-python) for tests: see ``bindings/runtime.py``."""

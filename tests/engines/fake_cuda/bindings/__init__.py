@@ -1,0 +1,1 @@
+"""A fake ``cuda.bindings``."""

@@ -1,0 +1,108 @@
+"""Shape strings, profiles checked against the model, build options, engine files."""
+
+from __future__ import annotations
+
+import pytest
+
+from trtqat.engines import BuildOptions, EngineFileError, OptionsError, ShapeError, TensorSpec
+from trtqat.engines.fileformat import MAGIC, atomic_write, read_engine_file, write_engine_file
+from trtqat.engines.specs import format_shape, parse_shapes, precision_note, resolve_profile
+
+
+def test_parse_shapes() -> None:
+    assert parse_shapes("x:1x3x224x224,y:4") == {"x": (1, 3, 224, 224), "y": (4,)}
+    assert parse_shapes("input:0:1x3") == {"input:0": (1, 3)}  # TF-style names keep colons
+    assert parse_shapes("'in put':2x2") == {"in put": (2, 2)}
+    assert parse_shapes("s:") == {"s": ()}
+    for bad, needle in (("x1x3", "name:DIMS"), ("x:1xax3", "not like"), ("x:1,x:2", "twice"),
+                        ("", "no shapes"), ("x:-1x3", "negative")):
+        with pytest.raises(ShapeError, match=needle):
+            parse_shapes(bad, "--optShapes")
+    assert format_shape((None, 3, 8)) == "?x3x8"
+
+
+X = TensorSpec("x", "float32", (None, 3, 8, 8))
+S = TensorSpec("s", "float32", (1, 4))
+
+
+def test_resolve_profile_fills_min_opt_max() -> None:
+    opts = BuildOptions(min_shapes={"x": (1, 3, 8, 8)}, opt_shapes={"x": (4, 3, 8, 8)},
+                        max_shapes={"x": (8, 3, 8, 8)})
+    x, s = resolve_profile([X, S], opts, dynamic_default_one=True)
+    assert (x.min_shape, x.opt_shape, x.max_shape) == ((1, 3, 8, 8), (4, 3, 8, 8), (8, 3, 8, 8))
+    assert s.min_shape == s.max_shape == (1, 4)  # static input: its own shape
+    (x,) = resolve_profile([X], BuildOptions(shapes={"x": (2, 3, 8, 8)}), dynamic_default_one=False)
+    assert x.min_shape == x.opt_shape == x.max_shape == (2, 3, 8, 8)
+    (x,) = resolve_profile([X], BuildOptions(), dynamic_default_one=False)
+    assert not x.has_profile  # ONNX Runtime: dynamic stays unconstrained
+    (x,) = resolve_profile([X], BuildOptions(), dynamic_default_one=True)
+    assert x.opt_shape == (1, 3, 8, 8)  # TensorRT: trtexec's "dynamic dims -> 1"
+
+
+@pytest.mark.parametrize("options, needle", [
+    (BuildOptions(shapes={"nope": (1,)}), "--shapes: unknown input 'nope'; the model's inputs "
+                                          "are: s, x"),
+    (BuildOptions(max_shapes={"s": (2, 4)}), "the batch dimension \\(0\\) is fixed to 1 in the "
+                                             "model, not 2; re-export the ONNX with a dynamic "
+                                             "batch axis"),
+    (BuildOptions(shapes={"x": (1, 4, 8, 8)}), "dimension 1 is fixed to 3"),
+    (BuildOptions(shapes={"x": (1, 3, 8)}), "rank 3"),
+    (BuildOptions(min_shapes={"x": (4, 3, 8, 8)}, opt_shapes={"x": (2, 3, 8, 8)}),
+     "min <= opt <= max"),
+])
+def test_resolve_profile_errors(options: BuildOptions, needle: str) -> None:
+    with pytest.raises(ShapeError, match=needle):
+        resolve_profile([X, S], options, dynamic_default_one=True)
+
+
+def test_build_options_are_checked() -> None:
+    for bad in ({"builder_optimization_level": 6}, {"memory_pools": {"dla": 1}},
+                {"memory_pools": {"workspace": 0}}, {"threads": -1}, {"providers": ("gpu",)},
+                {"shapes": {"x": (1,)}, "max_shapes": {"x": (2,)}},
+                {"shapes": {"x": (1.5,)}}):
+        with pytest.raises(OptionsError):
+            BuildOptions(**bad)
+    opts = BuildOptions(shapes={"x": (1, 2)}, memory_pools={"workspace": 1 << 30})
+    assert opts.to_json()["shapes"] == {"x": [1, 2]}
+
+
+def test_precision_note_names_the_export_variant() -> None:
+    assert precision_note(BuildOptions(), "TensorRT 11") is None
+    assert "--variant int8-fp16" in precision_note(BuildOptions(best=True), "TensorRT 11")
+    assert "--variant int8-fp16" in precision_note(BuildOptions(fp16=True, int8=True), "X")
+    assert "--variant int8'" in precision_note(BuildOptions(int8=True), "X")
+    assert precision_note(BuildOptions(fp16=True), "X").startswith("--fp16: X takes precision")
+
+
+def test_engine_file_round_trip_and_damage(tmp_path) -> None:
+    path = write_engine_file(tmp_path / "a" / "e.engine", {"backend": "ort"}, b"payload" * 10)
+    header, payload = read_engine_file(path)
+    assert header["backend"] == "ort" and payload == b"payload" * 10
+    data = path.read_bytes()
+    (tmp_path / "trunc.engine").write_bytes(data[:-5])
+    with pytest.raises(EngineFileError, match="truncated"):
+        read_engine_file(tmp_path / "trunc.engine")
+    (tmp_path / "head.engine").write_bytes(data[:len(MAGIC) + 10])
+    with pytest.raises(EngineFileError, match="damaged header"):
+        read_engine_file(tmp_path / "head.engine")
+    (tmp_path / "flip.engine").write_bytes(data[:-1] + b"X")
+    with pytest.raises(EngineFileError, match="corrupted"):
+        read_engine_file(tmp_path / "flip.engine")
+    with pytest.raises(EngineFileError, match="does not exist"):
+        read_engine_file(tmp_path / "missing.engine")
+    (tmp_path / "raw.plan").write_bytes(b"\x00plan")
+    assert read_engine_file(tmp_path / "raw.plan") == (None, b"\x00plan")
+
+
+def test_atomic_write_leaves_nothing_half_written(tmp_path) -> None:
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+
+    def chunks():
+        yield b"new data"
+        raise KeyboardInterrupt  # interrupted half-way
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, chunks())
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]

@@ -1,0 +1,35 @@
+"""``trtqat build``: build an engine from an ONNX file and save it, without benchmarking."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from trtqat.cli.exec_cmd import add_build_arguments, build_options_from_args
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``build`` subcommand."""
+    parser = subparsers.add_parser(
+        "build", help="build an engine (ONNX Runtime or TensorRT) from an ONNX file",
+        description="Build an engine from an ONNX file and save it. Benchmark it with "
+        "'trtqat-exec --loadEngine=FILE'.")
+    parser.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX model")
+    parser.add_argument("--out", required=True, metavar="FILE", help="engine file to write")
+    add_build_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build, save, print one summary line."""
+    from trtqat.engines import builder_class, canonical_backend
+
+    backend = canonical_backend(args.backend)
+    start = time.perf_counter()
+    engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)
+    path = engine.save(args.out)
+    inputs = ", ".join(spec.describe() for spec in engine.inputs)
+    print(f"built {path} ({backend} {engine.header.get('backend_version')}) in "
+          f"{time.perf_counter() - start:.2f} s; inputs: {inputs}")
+    return 0

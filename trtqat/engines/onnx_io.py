@@ -1,0 +1,71 @@
+"""Reading ONNX files for the engine builders, with one-line errors for bad files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from trtqat.engines.errors import ModelFileError
+from trtqat.engines.specs import TensorSpec
+
+
+def read_onnx_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The raw bytes of an ONNX file, or ModelFileError when it is missing or empty."""
+    p = Path(path)
+    if not p.is_file():
+        raise ModelFileError(f"ONNX file {p} does not exist; export one with 'trtqat export'")
+    data = p.read_bytes()
+    if not data:
+        raise ModelFileError(f"ONNX file {p} is empty; export it again with 'trtqat export'")
+    return data
+
+
+def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Load and check an ONNX model; a missing, truncated or non-ONNX file is a user error."""
+    p = Path(path)
+    read_onnx_bytes(p)
+    try:
+        model = onnx.load(str(p))
+    except Exception as exc:  # protobuf raises DecodeError/RuntimeError on non-ONNX bytes
+        raise ModelFileError(f"{p} is not an ONNX model (truncated or another format: "
+                             f"{type(exc).__name__}); export it again with 'trtqat export'"
+                             ) from None
+    if model.ir_version <= 0 or not model.graph.node:
+        raise ModelFileError(f"{p} is not an ONNX model (no IR version or no graph nodes); "
+                             "export it again with 'trtqat export'")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelFileError(f"{p} is not a valid ONNX model ({first}); "
+                             "export it again with 'trtqat export'") from None
+    return model
+
+
+def _value_spec(value: onnx.ValueInfoProto, where: str) -> TensorSpec:
+    if not value.type.HasField("tensor_type"):
+        raise ModelFileError(f"{where} '{value.name}' is not a tensor; engines take tensors only")
+    ttype = value.type.tensor_type
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        raise ModelFileError(f"{where} '{value.name}' has an unsupported element type "
+                             f"{ttype.elem_type}") from None
+    if not ttype.HasField("shape"):
+        raise ModelFileError(f"{where} '{value.name}' has no shape; export the ONNX with shapes")
+    shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim)
+    return TensorSpec(name=value.name, dtype=dtype, shape=shape)
+
+
+def onnx_input_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
+    """The graph's real inputs (initializers listed as inputs are left out)."""
+    inits = {init.name for init in model.graph.initializer}
+    return tuple(_value_spec(v, "input") for v in model.graph.input if v.name not in inits)
+
+
+def onnx_output_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
+    """The graph's outputs, dynamic dimensions as None."""
+    return tuple(_value_spec(v, "output") for v in model.graph.output)

@@ -1,0 +1,281 @@
+"""ONNX Runtime backend: the engine is ORT's optimised model plus a header.
+
+Building runs the ONNX through an optional ``prepare_model`` step (e.g. the Q/DQ
+re-encoding of ``trtqat.engines.ort_qdq``), then lets ORT optimise it (level ALL) and
+saves the optimised model (``optimized_model_filepath``). CPU by default; CUDA and TensorRT
+execution providers when the installed onnxruntime has them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import platform
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from trtqat.engines.base import Builder, Engine, Runner
+from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
+from trtqat.engines.onnx_io import onnx_output_specs
+from trtqat.engines.specs import PROVIDERS, BuildOptions, TensorSpec, precision_note
+from trtqat.engines.timing import QueryTimes
+
+log = logging.getLogger(__name__)
+
+PrepareStep = Callable[[onnx.ModelProto, BuildOptions], onnx.ModelProto]
+# Named model transforms applied before the ORT session is created ("module:function",
+# imported lazily). trtqat.engines.ort_qdq re-encodes TensorRT-style Q/DQ for ORT's CPU kernels.
+PREPARE_STEPS: dict[str, str | PrepareStep] = {"qdq": "trtqat.engines.ort_qdq:prepare_model"}
+_COMPILING_PROVIDERS = {"tensorrt"}  # ORT cannot save a model holding compiled nodes
+
+
+def register_prepare_step(name: str, step: PrepareStep) -> None:
+    """Make ``BuildOptions(ort_prepare=name)`` run ``step(model, options)`` before ORT."""
+    PREPARE_STEPS[name] = step
+
+
+def prepare_model(model: onnx.ModelProto, options: BuildOptions) -> onnx.ModelProto:
+    """The hook run before session creation: identity unless ``options.ort_prepare`` names
+    a step in :data:`PREPARE_STEPS`."""
+    if not options.ort_prepare:
+        return model
+    step = PREPARE_STEPS.get(options.ort_prepare)
+    if step is None:
+        raise EngineBuildError(f"unknown ORT prepare step '{options.ort_prepare}'; known: "
+                               f"{', '.join(sorted(PREPARE_STEPS)) or 'none'}")
+    if isinstance(step, str):
+        module_name, _, func_name = step.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            raise EngineBuildError(f"ORT prepare step '{options.ort_prepare}' needs {module_name},"
+                                   " which this trtqat does not have yet") from None
+        step = getattr(module, func_name)
+    prepared = step(model, options)
+    if not isinstance(prepared, onnx.ModelProto):
+        raise TypeError(f"prepare step {options.ort_prepare} returned {type(prepared).__name__}")
+    return prepared
+
+
+def import_ort() -> Any:
+    """onnxruntime, imported on first use."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BackendUnavailableError("onnxruntime is not installed; pip install onnxruntime "
+                                      "(or onnxruntime-gpu)") from None
+    return onnxruntime
+
+
+def _major(version: str) -> str:
+    return str(version).split(".")[0]
+
+
+def _providers(ort: Any, options: BuildOptions) -> list[tuple[str, dict[str, str]]]:
+    available = ort.get_available_providers()
+    out = []
+    for short in options.providers:
+        name = PROVIDERS[short]
+        if name not in available:
+            raise BackendUnavailableError(
+                f"ONNX Runtime provider {name} is not available (this onnxruntime has "
+                f"{', '.join(available)}); install onnxruntime-gpu or use --providers=cpu")
+        opts: dict[str, str] = {}
+        if short == "cuda" and options.cuda_graph:
+            opts["enable_cuda_graph"] = "1"
+        if short == "tensorrt":
+            int8, fp16 = options.int8 or options.best, options.fp16 or options.best
+            cache = Path(tempfile.gettempdir()) / "trtqat-ort-trt-cache"
+            opts.update(trt_int8_enable=str(int(int8)), trt_fp16_enable=str(int(fp16)),
+                        trt_engine_cache_enable="1", trt_engine_cache_path=str(cache))
+            if options.cuda_graph:
+                opts["trt_cuda_graph_enable"] = "1"
+            if options.timing_cache:
+                opts.update(trt_timing_cache_enable="1",
+                            trt_timing_cache_path=str(Path(options.timing_cache).parent))
+            if options.builder_optimization_level is not None:
+                opts["trt_builder_optimization_level"] = str(options.builder_optimization_level)
+            if "workspace" in options.memory_pools:
+                opts["trt_max_workspace_size"] = str(options.memory_pools["workspace"])
+        out.append((name, opts))
+    if not any(name == "CPUExecutionProvider" for name, _ in out):
+        out.append(("CPUExecutionProvider", {}))  # fallback for nodes other EPs do not take
+    return out
+
+
+def _session_options(ort: Any, options: BuildOptions, threads: int | None = None) -> Any:
+    so = ort.SessionOptions()
+    level_type = ort.GraphOptimizationLevel
+    levels = [level_type.ORT_DISABLE_ALL, level_type.ORT_ENABLE_BASIC,
+              level_type.ORT_ENABLE_EXTENDED]
+    level = options.builder_optimization_level
+    so.graph_optimization_level = (levels[level] if level is not None and level < 3
+                                   else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    # Severity 3 (ERROR) hides the one-warning-per-unused-initializer wall of text.
+    so.log_severity_level = 1 if options.verbose else 3
+    threads = options.threads if threads is None else threads
+    if threads:
+        so.intra_op_num_threads = threads
+    return so
+
+
+def _create_session(ort: Any, model: bytes, so: Any, providers: list, what: str) -> Any:
+    names = [name for name, _ in providers]
+    try:
+        return ort.InferenceSession(model, sess_options=so, providers=names,
+                                    provider_options=[opts for _, opts in providers])
+    except Exception as exc:  # ORT raises its own pybind exception types (Fail, InvalidGraph...)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise EngineBuildError(f"ONNX Runtime could not load {what}: {first}") from None
+
+
+class OrtEngine(Engine):
+    """ORT's optimised model (the payload) plus inputs, providers and build options."""
+
+    backend = "ort"
+
+    @classmethod
+    def _check_version(cls, path: Path, header: Mapping[str, Any]) -> None:
+        ort = import_ort()
+        built = str(header.get("backend_version", "?"))
+        if _major(built) != _major(ort.__version__):
+            raise EngineFileError(f"{path} was built with onnxruntime {built}, this is "
+                                  f"{ort.__version__}; rebuild it from the ONNX with "
+                                  "'trtqat build'")
+        machine = header.get("machine")
+        if header.get("optimized") and machine and machine != platform.machine():
+            # level-ALL models hold layout-specific kernels (NCHWc): same kind of CPU only
+            raise EngineFileError(f"{path} was optimised on {machine}, this is "
+                                  f"{platform.machine()}; rebuild it here with 'trtqat build'")
+
+    def _runner_impl(self, **kwargs: Any) -> OrtRunner:
+        return OrtRunner(self, **kwargs)
+
+
+class OrtBuilder(Builder):
+    """Builds :class:`OrtEngine` objects."""
+
+    backend = "ort"
+
+    def _build_impl(self, path: Path, model: onnx.ModelProto,
+                    inputs: tuple[TensorSpec, ...]) -> OrtEngine:
+        ort = import_ort()
+        options = self.options
+        note = precision_note(options, "ONNX Runtime")
+        if note and "tensorrt" not in options.providers:
+            log.warning(note)
+        if options.timing_cache and "tensorrt" not in options.providers:
+            log.info("--timingCacheFile is ignored by the ort backend")
+        model = prepare_model(model, options)
+        providers = _providers(ort, options)
+        so = _session_options(ort, options)
+        compiled = any(p in _COMPILING_PROVIDERS for p in options.providers)
+        with tempfile.TemporaryDirectory(prefix="trtqat-ort-") as tmp:
+            optimized = Path(tmp) / "optimized.onnx"
+            if not compiled:
+                so.optimized_model_filepath = str(optimized)
+            source = model.SerializeToString()
+            _create_session(ort, source, so, providers, str(path))
+            payload = optimized.read_bytes() if not compiled else source
+        header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__)
+        header.update(providers=[name for name, _ in providers], optimized=not compiled,
+                      prepare=options.ort_prepare, machine=platform.machine())
+        return OrtEngine(payload, header)
+
+
+class OrtRunner(Runner):
+    """Runs an :class:`OrtEngine`; benchmark queries use IO binding with fixed buffers."""
+
+    def __init__(self, engine: OrtEngine, threads: int | None = None) -> None:
+        super().__init__(engine)
+        self.threads = threads
+        self.session: Any = None
+        self.graph_in_use = False
+
+    def _new_session(self, **so_attrs: Any) -> Any:
+        ort = import_ort()
+        options = self.engine.build_options
+        so = _session_options(ort, options, self.threads)
+        for key, value in so_attrs.items():
+            setattr(so, key, value)
+        return _create_session(ort, self.engine.payload, so, _providers(ort, options),
+                               "the engine")
+
+    def _activate_impl(self) -> None:
+        self.session = self._new_session()
+        self._output_names = [o.name for o in self.session.get_outputs()]
+
+    def _deactivate_impl(self) -> None:
+        self.session = None
+        self._binding = None
+
+    def _infer_impl(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self._output_names, self.session.run(self._output_names, feed)))
+
+    def _bench_setup_impl(self, feed: dict[str, np.ndarray], data_transfers: bool,
+                          cuda_graph: bool) -> None:
+        ort = import_ort()
+        if cuda_graph and not self.engine.build_options.cuda_graph:
+            log.info("CUDA graphs apply to ORT only with --providers=cuda built with "
+                     "--useCudaGraph; timing without")
+        self.graph_in_use = bool(cuda_graph and self.engine.build_options.cuda_graph)
+        self._feed = feed
+        self._binding = self.session.io_binding()
+        self._in_values = {}
+        for name, array in feed.items():
+            value = ort.OrtValue.ortvalue_from_numpy(array.copy())
+            self._binding.bind_ortvalue_input(name, value)
+            self._in_values[name] = value
+        outputs = self._infer_impl(feed)  # learn output shapes, then bind fixed buffers
+        self._out_values, self._host_out = {}, {}
+        for name, array in outputs.items():
+            value = ort.OrtValue.ortvalue_from_numpy(np.empty_like(array))
+            self._binding.bind_ortvalue_output(name, value)
+            self._out_values[name] = value
+            self._host_out[name] = np.empty_like(array)
+
+    def _query_impl(self, data_transfers: bool) -> QueryTimes:
+        clock = time.perf_counter
+        t0 = clock()
+        if data_transfers:
+            for name, value in self._in_values.items():
+                value.update_inplace(self._feed[name])
+        t1 = clock()
+        self.session.run_with_iobinding(self._binding)
+        t2 = clock()
+        if data_transfers:
+            for name, value in self._out_values.items():
+                np.copyto(self._host_out[name], value.numpy())
+        t3 = clock()
+        t0, t1, t2, t3 = (t * 1000.0 for t in (t0, t1, t2, t3))
+        return QueryTimes(t1, t2, t0, t1, t1, t2, t2, t3)
+
+    def _bench_teardown_impl(self) -> None:
+        self._binding = None
+        self._in_values = self._out_values = {}
+
+    def _profile_impl(self, feed: dict[str, np.ndarray], iterations: int) -> dict[str, float]:
+        with tempfile.TemporaryDirectory(prefix="trtqat-prof-") as tmp:
+            session = self._new_session(enable_profiling=True,
+                                        profile_file_prefix=str(Path(tmp) / "ort"))
+            for _ in range(iterations):
+                session.run(None, feed)
+            events = json.loads(Path(session.end_profiling()).read_text())
+        totals: dict[str, float] = defaultdict(float)
+        for event in events:
+            if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+                name = event["name"][: -len("_kernel_time")]
+                op = event.get("args", {}).get("op_name", "")
+                totals[f"{name} [{op}]" if op else name] += event.get("dur", 0) / 1000.0
+        return dict(sorted(((k, v / iterations) for k, v in totals.items()),
+                           key=lambda kv: -kv[1]))

@@ -1,0 +1,245 @@
+"""Tensor specs, shape strings and build options shared by every backend."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from trtqat.engines.errors import OptionsError, ShapeError
+
+log = logging.getLogger(__name__)
+
+Shape = tuple[int, ...]
+# A model's declared shape: None marks a dynamic dimension (ONNX dim_param, TensorRT -1).
+DeclaredShape = tuple[int | None, ...]
+
+MEMORY_POOLS = ("workspace", "tacticSharedMem")
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+             "tensorrt": "TensorrtExecutionProvider"}
+
+
+def format_shape(shape: Sequence[int | None]) -> str:
+    """``(1, 3, None)`` -> ``'1x3x?'`` (trtexec's spelling)."""
+    return "x".join("?" if d is None or d < 0 else str(d) for d in shape) or "scalar"
+
+
+def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
+    """Parse trtexec's ``name:1x3x224x224,name2:4x10`` into ``{name: shape}``."""
+    shapes: dict[str, Shape] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, dims = item.rpartition(":")
+        name = name.strip("'\"")
+        if not sep or not name:
+            raise ShapeError(f"{flag}: '{item}' is not name:DIMS; write e.g. "
+                             f"{flag}=input:1x3x224x224")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+        except ValueError:
+            raise ShapeError(f"{flag}: '{dims}' for input '{name}' is not like "
+                             "1x3x224x224") from None
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"{flag}: negative dimension in '{item}'; dimensions are >= 0")
+        if name in shapes:
+            raise ShapeError(f"{flag}: input '{name}' is given twice; give each input once")
+        shapes[name] = shape
+    if not shapes:
+        raise ShapeError(f"{flag}: no shapes given; write e.g. {flag}=input:1x3x224x224")
+    return shapes
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One engine input or output: name, numpy dtype name, declared shape and profile."""
+
+    name: str
+    dtype: str
+    shape: DeclaredShape
+    min_shape: Shape | None = None
+    opt_shape: Shape | None = None
+    max_shape: Shape | None = None
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(d is None for d in self.shape)
+
+    @property
+    def has_profile(self) -> bool:
+        return self.min_shape is not None
+
+    def default_shape(self) -> Shape:
+        """The shape to feed when the user gave none: the profile's opt, else dynamic dims 1."""
+        if self.opt_shape is not None:
+            return self.opt_shape
+        return tuple(1 if d is None else d for d in self.shape)
+
+    def describe(self) -> str:
+        text = f"{self.name} ({self.dtype} {format_shape(self.shape)}"
+        if self.has_profile and self.min_shape != self.max_shape:
+            lo, hi = format_shape(self.min_shape or ()), format_shape(self.max_shape or ())
+            text += f", profile {lo}..{hi}"
+        return text + ")"
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TensorSpec:
+        def tup(v: Any) -> Any:
+            return None if v is None else tuple(v)
+        return cls(name=str(data["name"]), dtype=str(data["dtype"]), shape=tuple(data["shape"]),
+                   min_shape=tup(data.get("min_shape")), opt_shape=tup(data.get("opt_shape")),
+                   max_shape=tup(data.get("max_shape")))
+
+
+def _check_dims(name: str, declared: DeclaredShape, shape: Shape, what: str) -> None:
+    if len(shape) != len(declared):
+        raise ShapeError(f"{what} {format_shape(shape)} for input '{name}' has rank {len(shape)}, "
+                         f"the model's input is {format_shape(declared)} (rank {len(declared)})")
+    for axis, (want, got) in enumerate(zip(declared, shape)):
+        if want is not None and want != got:
+            fix = ("re-export the ONNX with a dynamic batch axis, or use batch "
+                   f"{want}" if axis == 0 else f"use {want} there")
+            dim = "the batch dimension (0)" if axis == 0 else f"dimension {axis}"
+            raise ShapeError(f"{what} {format_shape(shape)} for input '{name}': {dim} is fixed to "
+                             f"{want} in the model, not {got}; {fix}")
+
+
+def resolve_profile(inputs: Sequence[TensorSpec], options: BuildOptions, *,
+                    dynamic_default_one: bool) -> tuple[TensorSpec, ...]:
+    """Attach min/opt/max shapes from ``options`` to the model's inputs, checking them.
+
+    ``shapes`` sets all three; a missing one of the three copies opt (opt itself defaults
+    to max, then min). Dynamic inputs without shapes get dims 1 when
+    ``dynamic_default_one`` (what trtexec does for TensorRT); otherwise they stay
+    unconstrained (ONNX Runtime accepts any size there).
+    """
+    names = {spec.name for spec in inputs}
+    for flag, given in (("--shapes", options.shapes), ("--minShapes", options.min_shapes),
+                        ("--optShapes", options.opt_shapes), ("--maxShapes", options.max_shapes)):
+        for name in given:
+            if name not in names:
+                raise ShapeError(f"{flag}: unknown input '{name}'; the model's inputs are: "
+                                 f"{', '.join(sorted(names))}")
+    min_shapes, opt_shapes, max_shapes = options.profile_shapes()
+    out = []
+    for spec in inputs:
+        opt = opt_shapes.get(spec.name) or max_shapes.get(spec.name) or min_shapes.get(spec.name)
+        if opt is None:
+            if spec.is_dynamic and dynamic_default_one:
+                opt = spec.default_shape()
+                log.warning("dynamic input '%s' %s has no shapes: using %s (pass --shapes or "
+                            "--minShapes/--optShapes/--maxShapes)", spec.name,
+                            format_shape(spec.shape), format_shape(opt))
+            elif not spec.is_dynamic:
+                opt = tuple(int(d) for d in spec.shape if d is not None)
+            else:
+                out.append(spec)
+                continue
+        lo, hi = min_shapes.get(spec.name, opt), max_shapes.get(spec.name, opt)
+        labels = (("--shapes",) * 3 if spec.name in options.shapes
+                  else ("min shape", "opt shape", "max shape"))
+        for what, shape in zip(labels, (lo, opt, hi)):
+            _check_dims(spec.name, spec.shape, shape, what)
+        if not all(a <= b <= c for a, b, c in zip(lo, opt, hi)):
+            raise ShapeError(f"input '{spec.name}': need min <= opt <= max in every dimension, got "
+                             f"{format_shape(lo)}, {format_shape(opt)}, {format_shape(hi)}")
+        out.append(replace(spec, min_shape=tuple(lo), opt_shape=tuple(opt), max_shape=tuple(hi)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build an engine; every field is checked on construction.
+
+    ``shapes`` sets min = opt = max (trtexec's --shapes when building). Precision flags
+    (``fp16``, ``int8``, ``best``) only exist in TensorRT 10; elsewhere precision comes
+    from the ONNX (``trtqat export --variant fp16|int8|int8-fp16``).
+    """
+
+    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    min_shapes: Mapping[str, Shape] = field(default_factory=dict)
+    opt_shapes: Mapping[str, Shape] = field(default_factory=dict)
+    max_shapes: Mapping[str, Shape] = field(default_factory=dict)
+    fp16: bool = False
+    int8: bool = False
+    best: bool = False
+    memory_pools: Mapping[str, int] = field(default_factory=dict)
+    builder_optimization_level: int | None = None
+    timing_cache: str | None = None
+    strongly_typed: bool = False
+    threads: int | None = None
+    providers: tuple[str, ...] = ("cpu",)
+    cuda_graph: bool = False
+    ort_prepare: str | None = None
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        for flag, given in (("--shapes", self.shapes), ("--minShapes", self.min_shapes),
+                            ("--optShapes", self.opt_shapes), ("--maxShapes", self.max_shapes)):
+            for name, shape in given.items():
+                if not all(isinstance(d, int) and d >= 0 for d in shape):
+                    raise OptionsError(f"{flag}: shape {shape!r} of '{name}' must be ints >= 0")
+        if self.shapes and (self.min_shapes or self.opt_shapes or self.max_shapes):
+            clash = set(self.shapes) & (set(self.min_shapes) | set(self.opt_shapes)
+                                        | set(self.max_shapes))
+            if clash:
+                raise OptionsError(f"input '{sorted(clash)[0]}' is in --shapes and in "
+                                   "--min/opt/maxShapes; give one or the other")
+        for pool, size in self.memory_pools.items():
+            if pool not in MEMORY_POOLS:
+                raise OptionsError(f"--memPoolSize: unknown pool '{pool}'; use one of "
+                                   f"{', '.join(MEMORY_POOLS)}")
+            if not isinstance(size, int) or size <= 0:
+                raise OptionsError(f"--memPoolSize: size of '{pool}' must be > 0 bytes")
+        level = self.builder_optimization_level
+        if level is not None and not (isinstance(level, int) and 0 <= level <= 5):
+            raise OptionsError(f"--builderOptimizationLevel must be 0..5, got {level!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 0):
+            raise OptionsError(f"--threads must be an int >= 0, got {self.threads!r}")
+        unknown = [p for p in self.providers if p not in PROVIDERS]
+        if unknown or not self.providers:
+            raise OptionsError(f"unknown ONNX Runtime provider {unknown[0] if unknown else ''!r}; "
+                               f"use {', '.join(PROVIDERS)}")
+
+    def profile_shapes(self) -> tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]]:
+        """(min, opt, max) with ``shapes`` merged in."""
+        lo, opt, hi = dict(self.min_shapes), dict(self.opt_shapes), dict(self.max_shapes)
+        for name, shape in self.shapes.items():
+            lo[name] = opt[name] = hi[name] = tuple(shape)
+        return lo, opt, hi
+
+    def with_changes(self, **changes: Any) -> BuildOptions:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe copy, stored in the engine file's header."""
+        data = asdict(self)
+        for key in ("shapes", "min_shapes", "opt_shapes", "max_shapes"):
+            data[key] = {k: list(v) for k, v in data[key].items()}
+        data["memory_pools"] = dict(data["memory_pools"])
+        data["providers"] = list(self.providers)
+        return data
+
+
+def export_variant_hint(options: BuildOptions) -> str | None:
+    """The ``trtqat export --variant`` that gives the precision the flags ask for."""
+    if options.best or (options.int8 and options.fp16):
+        return "int8-fp16"
+    if options.int8:
+        return "int8"
+    if options.fp16:
+        return "fp16"
+    return None
+
+
+def precision_note(options: BuildOptions, backend: str) -> str | None:
+    """What to tell a user whose precision flags the backend cannot set (None: no flags)."""
+    variant = export_variant_hint(options)
+    if variant is None:
+        return None
+    flags = " ".join(f for f, on in (("--fp16", options.fp16), ("--int8", options.int8),
+                                      ("--best", options.best)) if on)
+    return (f"{flags}: {backend} takes precision from the ONNX graph, not from builder flags; "
+            f"export the model with 'trtqat export --variant {variant}'")

@@ -1,0 +1,241 @@
+"""TensorRT backend (TensorRT 10 and 11): build a plan from ONNX, save it, load it.
+
+TensorRT 11 networks are always strongly typed: precision comes from the ONNX (Q/DQ pairs,
+FP16 tensors), so FP16/INT8 builder flags are set only where the running TensorRT has them
+(10.x). ``tensorrt`` is imported on first use; the runner lives in ``trt_runner``.
+
+Naming convention (tests/engines/api_scan.py relies on it to check every TensorRT name used
+here against the API lists): ``trt`` is the module, ``builder``/``network``/``config`` the
+builder objects, ``cuda_engine`` an ICudaEngine and ``context`` an IExecutionContext.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from trtqat.engines.base import Builder, Engine, Runner
+from trtqat.engines.errors import (
+    INSTALL_HINT,
+    BackendUnavailableError,
+    EngineBuildError,
+    EngineFileError,
+)
+from trtqat.engines.fileformat import atomic_write
+from trtqat.engines.onnx_io import read_onnx_bytes
+from trtqat.engines.specs import BuildOptions, TensorSpec, precision_note
+
+log = logging.getLogger(__name__)
+
+def import_tensorrt() -> Any:
+    """The ``tensorrt`` module, or a one-line install hint."""
+    try:
+        import tensorrt
+    except ImportError:
+        raise BackendUnavailableError(f"TensorRT is not installed; {INSTALL_HINT} (needs an "
+                                      "NVIDIA GPU), or use --backend=ort") from None
+    return tensorrt
+
+
+def trt_major(trt: Any) -> int:
+    """Major version of the running TensorRT (10, 11, ...)."""
+    return int(str(trt.__version__).split(".")[0])
+
+
+def make_logger(trt: Any, verbose: bool = False) -> Any:
+    """A TensorRT logger at WARNING (VERBOSE with ``verbose``)."""
+    return trt.Logger(trt.Logger.VERBOSE if verbose else trt.Logger.WARNING)
+
+
+def network_flags(trt: Any, options: BuildOptions) -> int:
+    """``create_network`` flags: 0 in TensorRT 11 (always strongly typed; the enum value of
+    STRONGLY_TYPED changed, so it is never hard-coded); opt-in strong typing in 10."""
+    if trt_major(trt) >= 11:
+        return 0
+    if options.strongly_typed:
+        return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    return 0
+
+
+def numpy_dtype(trt: Any, dtype: Any) -> np.dtype:
+    """numpy dtype of a ``tensorrt.DataType``."""
+    table = {trt.DataType.FLOAT: np.float32, trt.DataType.HALF: np.float16,
+             trt.DataType.INT8: np.int8, trt.DataType.INT32: np.int32,
+             trt.DataType.INT64: np.int64, trt.DataType.BOOL: np.bool_,
+             trt.DataType.UINT8: np.uint8}
+    if dtype not in table:
+        raise EngineBuildError(f"engine tensor type {dtype} has no numpy equivalent; export the "
+                               "model's inputs/outputs as float32, float16 or an integer type")
+    return np.dtype(table[dtype])
+
+
+def engine_io_specs(trt: Any,
+                    cuda_engine: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """Inputs (with profile 0's min/opt/max) and outputs of a deserialized engine."""
+    inputs, outputs = [], []
+    for index in range(cuda_engine.num_io_tensors):
+        name = cuda_engine.get_tensor_name(index)
+        dtype = numpy_dtype(trt, cuda_engine.get_tensor_dtype(name)).name
+        shape = tuple(None if d < 0 else int(d) for d in cuda_engine.get_tensor_shape(name))
+        if cuda_engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+            lo, opt, hi = (tuple(int(d) for d in dims)
+                           for dims in cuda_engine.get_tensor_profile_shape(name, 0))
+            inputs.append(TensorSpec(name, dtype, shape, lo, opt, hi))
+        else:
+            outputs.append(TensorSpec(name, dtype, shape))
+    return tuple(inputs), tuple(outputs)
+
+
+def deserialize(trt: Any, plan: bytes, verbose: bool = False) -> Any:
+    """``Runtime.deserialize_cuda_engine``; None (wrong version, damaged plan) is an error."""
+    runtime = trt.Runtime(make_logger(trt, verbose))
+    engine = runtime.deserialize_cuda_engine(plan)
+    if engine is None:
+        raise EngineFileError(f"TensorRT {trt.__version__} could not deserialize the plan (built "
+                              "by another TensorRT version or damaged); rebuild it from the ONNX")
+    return engine
+
+
+class TrtEngine(Engine):
+    """A serialized TensorRT plan plus the trtqat header."""
+
+    backend = "tensorrt"
+
+    def __init__(self, payload: bytes, header: Mapping[str, Any], cuda_engine: Any = None) -> None:
+        super().__init__(payload, header)
+        self._cuda_engine = cuda_engine
+
+    def cuda_engine(self) -> Any:
+        """The deserialized ``ICudaEngine`` (deserialized once, on first use)."""
+        if self._cuda_engine is None:
+            trt = import_tensorrt()
+            self._cuda_engine = deserialize(trt, self.payload, self.build_options.verbose)
+        return self._cuda_engine
+
+    @classmethod
+    def _check_version(cls, path: Path, header: Mapping[str, Any]) -> None:
+        trt = import_tensorrt()
+        built = str(header.get("backend_version", "?"))
+        if built != str(trt.__version__):
+            raise EngineFileError(f"{path} was built with TensorRT {built}, this is "
+                                  f"{trt.__version__}; plans only run on the TensorRT that built "
+                                  "them: rebuild it from the ONNX with 'trtqat build'")
+
+    @classmethod
+    def _load_raw(cls, path: Path, data: bytes) -> Engine:
+        """A plain plan file (e.g. from ``trtexec --saveEngine``): read its IO from the engine."""
+        from trtqat.engines.base import _looks_like_onnx
+
+        if _looks_like_onnx(data):
+            raise EngineFileError(f"{path} is an ONNX model, not an engine: pass it with --onnx")
+        trt = import_tensorrt()
+        try:
+            cuda_engine = deserialize(trt, data)
+        except EngineFileError:
+            raise EngineFileError(f"{path} is neither a trtqat engine file nor a TensorRT "
+                                  f"{trt.__version__} plan; rebuild it with 'trtqat build'"
+                                  ) from None
+        inputs, outputs = engine_io_specs(trt, cuda_engine)
+        header = {"backend_version": str(trt.__version__), "source": str(path),
+                  "inputs": [s.to_json() for s in inputs],
+                  "outputs": [s.to_json() for s in outputs], "build_options": {}}
+        return cls(data, header, cuda_engine)
+
+    def _runner_impl(self, **kwargs: Any) -> Runner:
+        from trtqat.engines.trt_runner import TrtRunner
+
+        return TrtRunner(self, **kwargs)
+
+
+class TrtBuilder(Builder):
+    """Builds :class:`TrtEngine` objects with the TensorRT builder and ONNX parser."""
+
+    backend = "tensorrt"
+    dynamic_default_one = True
+
+    def _build_impl(self, path: Path, model: onnx.ModelProto,
+                    inputs: tuple[TensorSpec, ...]) -> TrtEngine:
+        trt = import_tensorrt()
+        options = self.options
+        logger = make_logger(trt, options.verbose)
+        builder = trt.Builder(logger)
+        network = builder.create_network(network_flags(trt, options))
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse(read_onnx_bytes(path), str(path)):
+            errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+            raise EngineBuildError(f"TensorRT's ONNX parser rejected {path} ({len(errors)} "
+                                   f"error(s)): {' | '.join(errors) or 'no details'}")
+        config = builder.create_builder_config()
+        pools = {"workspace": trt.MemoryPoolType.WORKSPACE,
+                 "tacticSharedMem": trt.MemoryPoolType.TACTIC_SHARED_MEMORY}
+        for pool, size in options.memory_pools.items():
+            config.set_memory_pool_limit(pools[pool], size)
+        if options.builder_optimization_level is not None:
+            config.builder_optimization_level = options.builder_optimization_level
+        self._set_precision(trt, config)
+        cache = self._attach_timing_cache(config)
+        self._add_profile(trt, builder, network, config, inputs)
+        plan = builder.build_serialized_network(network, config)
+        if plan is None:
+            raise EngineBuildError(f"TensorRT could not build an engine from {path} (see the "
+                                   "TensorRT messages above; --verbose shows more)")
+        if cache is not None and options.timing_cache:
+            atomic_write(options.timing_cache, bytes(config.get_timing_cache().serialize()))
+        payload = bytes(plan)
+        cuda_engine = deserialize(trt, payload, options.verbose)
+        engine_inputs, engine_outputs = engine_io_specs(trt, cuda_engine)
+        header = self.base_header(path, engine_inputs, engine_outputs, str(trt.__version__))
+        header["network_flags"] = network_flags(trt, options)
+        return TrtEngine(payload, header, cuda_engine)
+
+    def _set_precision(self, trt: Any, config: Any) -> None:
+        options = self.options
+        missing = False
+        if options.fp16 or options.best:
+            if hasattr(trt.BuilderFlag, "FP16"):  # TensorRT 10 only
+                config.set_flag(trt.BuilderFlag.FP16)
+            else:
+                missing = True
+        if options.int8 or options.best:
+            if hasattr(trt.BuilderFlag, "INT8"):  # TensorRT 10 only
+                config.set_flag(trt.BuilderFlag.INT8)
+            else:
+                missing = True
+        if missing:
+            log.warning(precision_note(options, f"TensorRT {trt.__version__}"))
+
+    def _attach_timing_cache(self, config: Any) -> Any:
+        if not self.options.timing_cache:
+            return None
+        cache_file = Path(self.options.timing_cache)
+        blob = cache_file.read_bytes() if cache_file.is_file() else b""
+        cache = config.create_timing_cache(blob)
+        if not config.set_timing_cache(cache, False):
+            log.warning("timing cache %s does not match this TensorRT/GPU; starting a new one",
+                        cache_file)
+            cache = config.create_timing_cache(b"")
+            config.set_timing_cache(cache, True)
+        return cache
+
+    def _add_profile(self, trt: Any, builder: Any, network: Any, config: Any,
+                     inputs: Sequence[TensorSpec]) -> None:
+        specs = {spec.name: spec for spec in inputs}
+        profile = builder.create_optimization_profile()
+        dynamic = 0
+        for index in range(network.num_inputs):
+            tensor = network.get_input(index)
+            if all(d >= 0 for d in tensor.shape):
+                continue
+            spec = specs.get(tensor.name)
+            if spec is None or not spec.has_profile:
+                raise EngineBuildError(f"TensorRT input '{tensor.name}' is dynamic but has no "
+                                       "shapes; pass --minShapes/--optShapes/--maxShapes")
+            profile.set_shape(tensor.name, spec.min_shape, spec.opt_shape, spec.max_shape)
+            dynamic += 1
+        if dynamic:
+            config.add_optimization_profile(profile)
