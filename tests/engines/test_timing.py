@@ -197,3 +197,14 @@ def test_settings_are_checked() -> None:
                 {"avg_runs": 0}, {"percentiles": (101.0,)}, {"percentiles": ()}):
         with pytest.raises(OptionsError):
             BenchmarkSettings(**bad)
+
+
+def test_synchronous_backend_skips_only_the_enqueue_bound_check() -> None:
+    queries = [q(16.0 * i, 0.125, 1.25, 0.125, 1.25) for i in range(20)]
+    asynchronous = [w for w in result(queries).warnings() if w.startswith("*")]
+    assert asynchronous and "Enqueue Time" in asynchronous[0]
+    sync = BenchmarkResult(queries, BenchmarkSettings(), synchronous=True)
+    assert not [w for w in sync.warnings() if "Enqueue" in w]
+    slow_h2d = [q(16.0 * i, 2.0, 1.25, 0.125, 1.25) for i in range(20)]
+    sync_h2d = BenchmarkResult(slow_h2d, BenchmarkSettings(), synchronous=True)
+    assert any("host-to-device" in w for w in sync_h2d.warnings())

@@ -156,6 +156,8 @@ class Runner(ABC):
     # What trtexec of the matching generation does when the user says nothing.
     default_data_transfers: ClassVar[bool] = True
     default_cuda_graph: ClassVar[bool] = False
+    # True where the run call returns only after compute (no asynchronous enqueue).
+    synchronous: ClassVar[bool] = False
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

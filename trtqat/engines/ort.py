@@ -196,6 +196,8 @@ class OrtBuilder(Builder):
 class OrtRunner(Runner):
     """Runs an :class:`OrtEngine`; benchmark queries use IO binding with fixed buffers."""
 
+    synchronous = True
+
     def __init__(self, engine: OrtEngine, threads: int | None = None) -> None:
         super().__init__(engine)
         self.threads = threads
