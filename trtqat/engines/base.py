@@ -49,6 +49,7 @@ class Engine(ABC):
         for key in ("shapes", "min_shapes", "opt_shapes", "max_shapes"):
             data[key] = {k: tuple(v) for k, v in (data.get(key) or {}).items()}
         data["providers"] = tuple(data.get("providers") or ("cpu",))
+        data.pop("calib_feeds", None)  # only a count is stored
         return BuildOptions(**data)
 
     def input_spec(self, name: str) -> TensorSpec:

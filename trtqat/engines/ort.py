@@ -45,12 +45,15 @@ def register_prepare_step(name: str, step: PrepareStep) -> None:
 def prepare_model(model: onnx.ModelProto, options: BuildOptions) -> onnx.ModelProto:
     """The hook run before session creation: identity unless ``options.ort_prepare`` names
     a step in :data:`PREPARE_STEPS`."""
-    if not options.ort_prepare:
+    name = options.ort_prepare
+    if name == "auto":  # integer kernels only pay off on the CPU provider
+        name = "qdq" if tuple(options.providers) == ("cpu",) else None
+    if not name or name == "none":
         return model
-    step = PREPARE_STEPS.get(options.ort_prepare)
+    step = PREPARE_STEPS.get(name)
     if step is None:
-        raise EngineBuildError(f"unknown ORT prepare step '{options.ort_prepare}'; known: "
-                               f"{', '.join(sorted(PREPARE_STEPS)) or 'none'}")
+        raise EngineBuildError(f"unknown ORT prepare step '{name}'; known: auto, none, "
+                               f"{', '.join(sorted(PREPARE_STEPS))}")
     if isinstance(step, str):
         module_name, _, func_name = step.partition(":")
         try:

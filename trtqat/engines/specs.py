@@ -172,8 +172,15 @@ class BuildOptions:
     threads: int | None = None
     providers: tuple[str, ...] = ("cpu",)
     cuda_graph: bool = False
-    ort_prepare: str | None = None
+    # "auto": re-encode TensorRT-style Q/DQ graphs for ORT's integer CPU kernels when the
+    # CPU provider alone runs them; "qdq" always; None or "none" never.
+    ort_prepare: str | None = "auto"
     verbose: bool = False
+    # Inputs (name -> array dicts) that calibrate what a prepare step adds and check the
+    # built engine agrees with the ONNX (top-1 >= min_top1). Not stored in the engine file.
+    calib_feeds: tuple[Mapping[str, Any], ...] | None = field(default=None, compare=False,
+                                                              repr=False)
+    min_top1: float = 0.99
 
     def __post_init__(self) -> None:
         for flag, given in (("--shapes", self.shapes), ("--minShapes", self.min_shapes),
@@ -198,6 +205,13 @@ class BuildOptions:
             raise OptionsError(f"--builderOptimizationLevel must be 0..5, got {level!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 0):
             raise OptionsError(f"--threads must be an int >= 0, got {self.threads!r}")
+        if not 0.0 <= self.min_top1 <= 1.0:
+            raise OptionsError(f"min_top1 must be a fraction in [0, 1], got {self.min_top1}")
+        if self.calib_feeds is not None:
+            feeds = tuple(self.calib_feeds)
+            if not all(isinstance(f, Mapping) for f in feeds):
+                raise OptionsError("calib_feeds must be a sequence of {input name: array} dicts")
+            object.__setattr__(self, "calib_feeds", feeds)
         unknown = [p for p in self.providers if p not in PROVIDERS]
         if unknown or not self.providers:
             raise OptionsError(f"unknown ONNX Runtime provider {unknown[0] if unknown else ''!r}; "
@@ -215,7 +229,9 @@ class BuildOptions:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe copy, stored in the engine file's header."""
-        data = asdict(self)
+        feeds = self.calib_feeds
+        data = asdict(replace(self, calib_feeds=None))
+        data["calib_feeds"] = len(feeds) if feeds else 0
         for key in ("shapes", "min_shapes", "opt_shapes", "max_shapes"):
             data[key] = {k: list(v) for k, v in data[key].items()}
         data["memory_pools"] = dict(data["memory_pools"])

@@ -1,0 +1,290 @@
+"""Re-encode a TensorRT-style Q/DQ ONNX graph so ONNX Runtime's CPU provider runs it on
+integer kernels (QLinearConv, QLinearAdd, QLinearGlobalAveragePool, QGemm), count what ORT
+made of it, and check how far the outputs moved.
+
+As exported for TensorRT (int8 symmetric Q/DQ on layer inputs only) the graph runs on float
+kernels in ORT plus Q/DQ overhead, slower than FP32. :func:`reencode_for_cpu` applies the
+passes of :mod:`trtqat.engines.ort_qdq_rewrite`, then compares the result with the
+unmodified model on the calibration inputs and fails below 99% top-1 agreement.
+
+Typical use::
+
+    cpu_model, report = reencode_for_cpu(onnx.load("model_int8.onnx"), feeds)
+    print(report["compute_nodes"]["after"])   # {'integer': {...}, 'float': {...}, ...}
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from trtqat.engines.errors import EngineBuildError
+from trtqat.engines.ort_qdq_graph import Graph
+from trtqat.engines.ort_qdq_rewrite import (
+    fold_batchnorm,
+    insert_output_quantizers,
+    prequantize_weights,
+    quantize_gemm_bias,
+    reducemean_to_gap,
+    reencode_uint8,
+    unify_quantizers,
+)
+
+log = logging.getLogger(__name__)
+
+Feeds = Sequence[dict[str, np.ndarray]]
+
+INTEGER_OPS = frozenset({
+    "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool",
+    "QGemm", "QLinearMatMul", "MatMulInteger", "ConvInteger", "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+    "QLinearSoftmax", "QLinearReduceMean", "QLinearWhere", "QAttention", "NhwcQLinearConv",
+})
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+# Ops that only move, reshape or convert data: neither integer nor float compute.
+DATA_OPS = frozenset({
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Shape", "Gather", "Concat",
+    "Slice", "Identity", "Constant", "ReorderInput", "ReorderOutput", "Cast", "Expand", "Split",
+    "Tile", "Pad", "ConstantOfShape", "Range",
+})
+# Ops whose kernel follows its input type (integer on uint8/int8 tensors).
+TYPED_OPS = frozenset({"MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Relu", "Resize"})
+_INT_TYPES = {onnx.TensorProto.UINT8, onnx.TensorProto.INT8}
+
+
+class AgreementError(EngineBuildError):
+    """A rewritten model's outputs moved too far from the model it was made from."""
+
+
+def cpu_session(model: onnx.ModelProto, threads: int = 2, level: str = "all",
+                optimized_path: str | None = None):
+    """An ONNX Runtime CPU session for ``model`` (``level`` 'all' or 'basic' graph
+    optimisation, warnings silenced, ``threads`` intra-op threads)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    }[level]
+    if optimized_path is not None:
+        so.optimized_model_filepath = optimized_path
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def optimized_model(model: onnx.ModelProto, threads: int = 2) -> onnx.ModelProto:
+    """The graph ORT's CPU provider runs for ``model`` (ORT_ENABLE_ALL, as saved by
+    ``SessionOptions.optimized_model_filepath``)."""
+    with tempfile.TemporaryDirectory(prefix="trtqat-ort-") as tmp:
+        path = os.path.join(tmp, "optimized.onnx")
+        cpu_session(model, threads, "all", path)
+        return onnx.load(path)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor, from declarations plus a forward pass over node kinds."""
+    g = model.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        if v.type.tensor_type.elem_type:
+            types[v.name] = v.type.tensor_type.elem_type
+    for n in g.node:
+        op = n.op_type
+        if op in ("MatMulInteger", "ConvInteger"):
+            t = onnx.TensorProto.INT32
+        elif op == "QuantizeLinear" or op.startswith("QLinear") or (op == "QGemm" and len(n.input) > 8):
+            # QLinear* ops keep their input's type; QuantizeLinear takes its zero-point's
+            zp = {"QGemm": 8, "QLinearConcat": 1}.get(op, 2)
+            t = types.get(n.input[zp], onnx.TensorProto.UINT8) if len(n.input) > zp else onnx.TensorProto.UINT8
+        elif n.op_type in TYPED_OPS or n.op_type in DATA_OPS:
+            t = types.get(n.input[0], onnx.TensorProto.FLOAT) if n.input else onnx.TensorProto.FLOAT
+        else:
+            t = onnx.TensorProto.FLOAT
+        for o in n.output:
+            types.setdefault(o, t)
+    return types
+
+
+def count_compute_nodes(model: onnx.ModelProto) -> dict[str, Any]:
+    """Integer vs float compute nodes of ``model`` (pass an ORT-optimised graph, see
+    :func:`optimized_model`).
+
+    Returns ``{"integer": {op: n}, "float": {op: n}, "integer_total", "float_total",
+    "quantize_dequantize": n, "other": {op: n}}``; pooling on uint8/int8 tensors counts as
+    integer, data-movement ops (Reshape, Transpose, ...) as other.
+    """
+    types = _elem_types(model)
+    integer: Counter[str] = Counter()
+    floating: Counter[str] = Counter()
+    other: Counter[str] = Counter()
+    qdq = 0
+    for n in model.graph.node:
+        op = n.op_type
+        if op in QDQ_OPS:
+            qdq += 1
+        elif op in INTEGER_OPS:
+            integer[op] += 1
+        elif op in DATA_OPS:
+            other[op] += 1
+        elif op in TYPED_OPS and n.input and types.get(n.input[0]) in _INT_TYPES:
+            integer[op] += 1
+        else:
+            floating[op] += 1
+    return {"integer": dict(integer), "float": dict(floating),
+            "integer_total": sum(integer.values()), "float_total": sum(floating.values()),
+            "quantize_dequantize": qdq, "other": dict(other)}
+
+
+def _run(session, feeds: Feeds) -> list[np.ndarray]:
+    return [session.run(None, feed)[0] for feed in feeds]
+
+
+def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
+                    feeds: Feeds, min_top1: float = 0.99, threads: int = 2) -> dict[str, Any]:
+    """Compare the first output of two models on ``feeds`` with ORT's CPU provider.
+
+    Returns ``{"top1_agreement", "samples", "max_abs_diff", "mean_abs_diff",
+    "max_abs_reference"}``; raises :class:`AgreementError` when top-1 agreement (argmax over
+    the last axis, per sample) is below ``min_top1``.
+    """
+    if not feeds:
+        raise AgreementError("check_agreement got no inputs: pass at least one feed dict")
+    ref = _run(cpu_session(reference_model, threads), feeds)
+    cand = _run(cpu_session(candidate_model, threads), feeds)
+    same = total = 0
+    max_diff = mean_acc = ref_max = 0.0
+    for r, c in zip(ref, cand):
+        r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
+        same += int((r2.argmax(-1) == c2.argmax(-1)).sum())
+        total += r2.shape[0]
+        diff = np.abs(r2.astype(np.float64) - c2)
+        max_diff = max(max_diff, float(diff.max()))
+        mean_acc += float(diff.sum())
+        ref_max = max(ref_max, float(np.abs(r2).max()))
+    result = {"top1_agreement": same / total, "samples": total, "max_abs_diff": max_diff,
+              "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
+              "max_abs_reference": ref_max}
+    if result["top1_agreement"] < min_top1:
+        raise AgreementError(
+            f"CPU re-encoding moved the outputs too far: top-1 agreement "
+            f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "
+            f"{max_diff:.3g}); build without CPU re-encoding or calibrate on representative inputs"
+        )
+    return result
+
+
+def _ranges_fn(model: onnx.ModelProto, feeds: Feeds, threads: int):
+    def ranges(names: list[str]) -> dict[str, float]:
+        probe = copy.deepcopy(model)
+        known = {o.name for o in probe.graph.output}
+        for name in names:
+            if name not in known:
+                probe.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+        session = cpu_session(probe, threads, "basic")
+        amax = dict.fromkeys(names, 0.0)
+        for feed in feeds:
+            for name, value in zip(names, session.run(names, feed)):
+                amax[name] = max(amax[name], float(np.abs(value).max()))
+        return amax
+
+    return ranges
+
+
+def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference is best effort: an unknown rank skips that rewrite
+        inferred = model
+    g = inferred.graph
+    return {v.name: len(v.type.tensor_type.shape.dim)
+            for v in list(g.input) + list(g.value_info) + list(g.output)
+            if v.type.tensor_type.HasField("shape")}
+
+
+def is_tensorrt_qdq(model: onnx.ModelProto) -> bool:
+    """True when ``model`` quantizes some activation to int8 (TensorRT-style Q/DQ)."""
+    g = Graph(model)
+    for n in g.graph.node:
+        if n.op_type == "QuantizeLinear" and not g.is_const(n.input[0]) and len(n.input) > 2:
+            zp = g.const(n.input[2])
+            if zp is not None and zp.dtype == np.int8:
+                return True
+    return False
+
+
+def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
+                     min_top1: float = 0.99, unify: bool = True, threads: int = 2,
+                     count_nodes: bool = True) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """Rewrite a TensorRT-style Q/DQ ``model`` for ORT's CPU integer kernels.
+
+    ``calib_feeds`` (input name -> array dicts) calibrate the Q/DQ the rewrite adds and are
+    the inputs of the agreement check against ``model`` (:class:`AgreementError` below
+    ``min_top1``); without them added ranges come from neighbouring quantizers and nothing
+    is checked. ``unify`` gives a tensor read by several Q nodes one Q (the largest scale).
+    Returns the new model (``model`` is not modified) and a report of what was rewritten,
+    the integer/float node counts of ORT's optimised graph before and after, and the
+    agreement figures.
+    """
+    start = time.perf_counter()
+    report: dict[str, Any] = {"rewritten": False}
+    if not is_tensorrt_qdq(model):
+        report["reason"] = "no int8 activation QuantizeLinear: not a TensorRT-style Q/DQ graph"
+        return model, report
+    feeds = list(calib_feeds) if calib_feeds else []
+    g = Graph(copy.deepcopy(model))
+    passes: dict[str, Any] = {"weights_prequantized": prequantize_weights(g)}
+    passes["batchnorm_folded"] = fold_batchnorm(g)
+    passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
+    if unify:
+        passes.update(unify_quantizers(g))
+    ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
+    passes["output_quantizers_added"] = insert_output_quantizers(g, ranges)
+    passes["activations_reencoded"] = reencode_uint8(g)
+    passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
+    new_model = g.model
+    onnx.checker.check_model(new_model)
+    report.update(rewritten=True, passes=passes)
+    if count_nodes:
+        report["compute_nodes"] = {
+            "before": count_compute_nodes(optimized_model(model, threads)),
+            "after": count_compute_nodes(optimized_model(new_model, threads)),
+        }
+    if feeds:
+        report["agreement"] = check_agreement(model, new_model, feeds, min_top1, threads)
+    report["seconds"] = round(time.perf_counter() - start, 3)
+    log.info("CPU re-encoding: %s", report)
+    return new_model, report
+
+
+def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
+    """The ORT backend's pre-session step: :func:`reencode_for_cpu` for TensorRT-style Q/DQ
+    graphs, unchanged otherwise.
+
+    Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``threads``,
+    ``cpu_reencode`` (False skips the rewrite). The report is logged and stored in the
+    model's metadata under ``trtqat.cpu_reencode``.
+    """
+    if not getattr(options, "cpu_reencode", True):
+        return model
+    threads = getattr(options, "threads", None) or 2
+    new_model, report = reencode_for_cpu(model, getattr(options, "calib_feeds", None),
+                                         min_top1=getattr(options, "min_top1", 0.99),
+                                         threads=threads)
+    if report.get("rewritten"):
+        entry = new_model.metadata_props.add()
+        entry.key, entry.value = "trtqat.cpu_reencode", json.dumps(report, default=str)
+    return new_model
