@@ -75,7 +75,13 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, metavar="N", help="ONNX Runtime intra-op threads")
     parser.add_argument("--providers", default="cpu", metavar="cpu|cuda|tensorrt,...",
                         help="ONNX Runtime execution providers (default cpu)")
-    parser.add_argument("--ortPrepare", metavar="STEP", help="ONNX transform before ORT (e.g. qdq)")
+    parser.add_argument("--ortPrepare", metavar="STEP", default="auto",
+                        help="ONNX transform before ORT: auto (default: re-encode TensorRT-style "
+                        "Q/DQ for integer CPU kernels when the CPU provider runs it), qdq, none")
+    parser.add_argument("--calibInputs", metavar="FILE.npz", default=None,
+                        help="real inputs (arrays named after the model inputs, batch first) "
+                        "that calibrate the CPU re-encoding and check the engine agrees with "
+                        "the ONNX (top-1 >= 99%%)")
     parser.add_argument("--verbose", action="store_true", help="verbose logging")
 
 
@@ -95,7 +101,28 @@ def build_options_from_args(args: argparse.Namespace) -> Any:
         builder_optimization_level=args.builderOptimizationLevel,
         timing_cache=args.timingCacheFile, threads=args.threads,
         providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),
-        ort_prepare=args.ortPrepare, verbose=args.verbose)
+        ort_prepare=args.ortPrepare, verbose=args.verbose,
+        calib_feeds=load_calib_inputs(args.calibInputs) if args.calibInputs else None)
+
+
+def load_calib_inputs(path: str) -> tuple[dict, ...]:
+    """Calibration feeds from an .npz file: one feed per 8 samples of the arrays."""
+    import zipfile
+
+    import numpy as np
+
+    from trtqat.engines import OptionsError
+
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise OptionsError(f"--calibInputs: cannot read {path} ({exc}); save arrays with "
+                           "numpy.savez(path, input_name=array)") from None
+    if not arrays or len({len(a) for a in arrays.values()}) != 1:
+        raise OptionsError(f"--calibInputs: {path} must hold arrays with one common batch size")
+    n = len(next(iter(arrays.values())))
+    return tuple({k: v[i:i + 8] for k, v in arrays.items()} for i in range(0, n, 8))
 
 
 def build_parser() -> argparse.ArgumentParser:
