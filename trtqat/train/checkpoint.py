@@ -7,11 +7,18 @@ A checkpoint is a dict of plain types and tensors only:
     model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"}
     state_dict  model weights (and quantizer amax buffers for quantized stages)
     optimizer, scheduler, epoch, rng, metrics, calib, args   (optional)
+
+Written by the recipes as well: ``rng`` is a list with one RNG state per rank,
+``best_top1`` and ``wall_time_s`` let ``--resume`` continue the bookkeeping, ``args`` holds
+the resolved options of the stage that wrote the file, ``train_args`` (ptq/qat) those of the
+FP32 run, and ``calib`` (ptq/qat) {"method", "percentile", "num_batches", "batches_seen",
+"world_size", "source"}.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,13 @@ class CheckpointError(TrtqatError, RuntimeError):
     """A checkpoint is missing, unreadable or of the wrong kind."""
 
 
+def default_mode() -> int:
+    """The permissions a plain ``open()`` would give a new file (mkstemp makes them 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     """Write ``payload`` to ``path`` through a temporary file and an atomic rename."""
     path = Path(path)
@@ -37,11 +51,32 @@ def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
+        os.chmod(tmp, default_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Atomically make ``dst`` a copy of ``src`` (a hard link when the file system allows).
+
+    A later atomic replace of ``src`` leaves ``dst`` untouched: it keeps the old content.
+    """
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dst
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -53,15 +88,19 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
                 path = path / name
                 break
         else:
-            raise CheckpointError(f"{path} holds no best.pt or last.pt: run the stage that writes it first")
+            raise CheckpointError(f"{path} holds no best.pt or last.pt: run the stage that "
+                                  "writes it first")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist: check the path, or run `trtqat train` first")
+        raise CheckpointError(f"checkpoint {path} does not exist: check the path, or run "
+                              "`trtqat train` first")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated file, not a torch file, unpickling refused
-        raise CheckpointError(f"cannot read checkpoint {path}: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"cannot read checkpoint {path}: {first}") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a trtqat checkpoint (no '{FORMAT}' marker): pass a .pt written by trtqat train/calibrate/qat")
+        raise CheckpointError(f"{path} is not a trtqat checkpoint (no '{FORMAT}' marker): "
+                              "pass a .pt written by trtqat train/calibrate/qat")
     return ckpt
 
 
@@ -92,7 +131,8 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
             f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes: "
             f"{str(exc).splitlines()[0][:200]}"
         ) from None
-    bad = [k for k in result.missing_keys if not _is_quantizer_key(k)] + list(result.unexpected_keys)
+    bad = [k for k in result.missing_keys if not _is_quantizer_key(k)]
+    bad += list(result.unexpected_keys)
     if bad:
         raise CheckpointError(
             f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes "

@@ -38,7 +38,8 @@ def _check_name(name: str) -> None:
     names = classification_models()
     if name not in names:
         close = difflib.get_close_matches(name, names, n=4, cutoff=0.5)
-        hint = f"did you mean {', '.join(close)}?" if close else "see torchvision.models.list_models()"
+        hint = (f"did you mean {', '.join(close)}?" if close
+                else "see torchvision.models.list_models()")
         raise UnknownModelError(f"unknown model {name!r}: {hint}")
 
 
@@ -65,7 +66,8 @@ class QuantBottleneck(_QuantResidual, Bottleneck):
     """torchvision Bottleneck with a quantized residual input."""
 
 
-def add_residual_quantizers(model: nn.Module, quant_desc: QuantDescriptor = QUANT_DESC_INPUT) -> int:
+def add_residual_quantizers(model: nn.Module,
+                            quant_desc: QuantDescriptor = QUANT_DESC_INPUT) -> int:
     """Give every torchvision ResNet block a quantizer on its identity input; returns the count."""
     count = 0
     for module in model.modules():

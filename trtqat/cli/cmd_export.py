@@ -1,0 +1,138 @@
+"""``trtqat export``: a checkpoint to checked ONNX variants (fp32, fp16, int8, int8-fp16)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+VARIANT_CHOICES = ("fp32", "fp16", "int8", "int8-fp16", "all")
+
+
+def _batch(value: str) -> int | None:
+    if value == "dynamic":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--batch takes 'dynamic' or a number, not {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--batch must be >= 1, got {n}")
+    return n
+
+
+def register(subparsers) -> None:
+    """Add the ``export`` subcommand."""
+    p = subparsers.add_parser(
+        "export", help="export ONNX variants (fp32, fp16, int8 Q/DQ, int8+fp16), each checked",
+        description="Export a checkpoint to ONNX. In TensorRT 11 precision comes only from the "
+        "file: Q/DQ for INT8, fp16 tensors for FP16. Every file is checked (onnx.checker, ONNX "
+        "Runtime vs PyTorch, top-1 agreement on the validation split, the Q/DQ lint for int8) "
+        "before it is written; a failed check keeps no file.")
+    p.add_argument("--checkpoint", required=True, help="a .pt of train/calibrate/qat, or its run folder")
+    p.add_argument("--variant", default="all", choices=VARIANT_CHOICES,
+                   help="int8 variants need a calibrated (ptq) or qat checkpoint (default: all)")
+    p.add_argument("--out", default="export", help="output folder (default: export)")
+    p.add_argument("--opset", type=int, default=17,
+                   help="ONNX opset, >= 13 (default 17; int8-fp16 uses >= 19 for fp16 scales)")
+    p.add_argument("--batch", type=_batch, default=None, metavar="dynamic|N",
+                   help="dynamic batch dimension (default) or a fixed batch N")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="input height and width (default: the checkpoint's)")
+    p.add_argument("--io-dtype", choices=["fp32", "fp16"], default="fp32",
+                   help="input/output dtype of fp16 variants (default fp32, with casts)")
+    p.add_argument("--data", default=None,
+                   help="validation data: digits, synthetic or an ImageFolder (default: the "
+                   "checkpoint's, else digits)")
+    p.add_argument("--val-batches", type=int, default=None,
+                   help="validate on at most this many batches of 64 (default: the whole split)")
+    p.add_argument("--no-validate", action="store_true",
+                   help="skip ONNX Runtime checks and the lint (onnx.checker still runs)")
+    p.add_argument("--no-fold-bn", action="store_true", help="keep BatchNorm layers as they are")
+    p.set_defaults(func=run)
+
+
+def _validation_loader(ckpt: dict, args, image_size: int):
+    """The validation split of the checkpoint's data, or None if there is no data module."""
+    try:
+        from trtqat.train.data import make_loaders
+    except ImportError:
+        log.warning("trtqat.train.data is not available: validating on random inputs only")
+        return None
+    saved = ckpt.get("args") or {}
+    data = args.data or (saved.get("data") if isinstance(saved, dict) else None) or "digits"
+    kwargs = {}
+    if data == "synthetic":
+        kwargs["num_classes"] = int(ckpt["model"]["num_classes"])
+    _, val_loader, _ = make_loaders(data, image_size=image_size, batch_size=64, workers=0,
+                                    seed=0, **kwargs)
+    if args.val_batches is None:
+        return val_loader
+    from itertools import islice
+
+    return list(islice(val_loader, args.val_batches))
+
+
+def _write_summary(out: Path, args, results: list[dict]) -> None:
+    path = out / "export.json"
+    payload = {"checkpoint": str(args.checkpoint), "variant": args.variant,
+               "opset": args.opset, "batch": args.batch or "dynamic", "results": results}
+    fd, tmp = tempfile.mkstemp(prefix=".export.json.", dir=out)
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, path)
+
+
+def run(args) -> int:
+    """Export every requested variant; exit 1 if any failed its checks."""
+    import torch
+
+    from trtqat.export import Exporter, ExportError, ValidationError, artifact_name
+    from trtqat.export.naming import INT8_VARIANTS, expand_variants
+    from trtqat.export.onnx_export import check_writable
+    from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
+
+    variants = expand_variants(args.variant)
+    ckpt = load_checkpoint(args.checkpoint)
+    spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
+    if any(v in INT8_VARIANTS for v in variants) and not spec.get("quantized"):
+        raise ExportError(
+            f"{args.checkpoint} is a {stage} checkpoint without quantizer state, so it has no "
+            "INT8 form: run `trtqat calibrate` (PTQ) or `trtqat qat` first, or export "
+            "--variant fp32/fp16")
+    out = check_writable(args.out)
+    model = build_from_checkpoint(ckpt)
+    image_size = args.image_size or int(spec.get("image_size") or 32)
+    if image_size < 1:
+        raise ExportError(f"--image-size must be >= 1, got {image_size}")
+    gen = torch.Generator().manual_seed(0)
+    inputs = torch.randn(args.batch or 2, 3, image_size, image_size, generator=gen)
+    val = None if args.no_validate else _validation_loader(ckpt, args, image_size)
+    exporter = Exporter(model, inputs, dynamic_batch=args.batch is None,
+                        fold_bn=not args.no_fold_bn, validation_data=val)
+    failed, summary = [], []
+    for variant in variants:
+        path = out / artifact_name(spec["arch"], stage, variant, args.batch)
+        try:
+            result = exporter.export(path, variant, args.opset, io_dtype=args.io_dtype,
+                                     validate=not args.no_validate)
+        except ValidationError as exc:
+            result = exc.result
+            failed.append(path.name)
+        batch = "dynamic batch" if args.batch is None else f"batch {args.batch}"
+        print(f"{path.name}  ({variant}, opset {result.opset}, {batch})")
+        for line in result.lines():
+            print(f"  {line}")
+        print(f"  -> {'not written' if path.name in failed else path}")
+        summary.append(result.to_dict() | {"written": path.name not in failed})
+    _write_summary(out, args, summary)
+    if failed:
+        raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
+                          f"and were not written: {', '.join(failed)}")
+    return 0

@@ -1,0 +1,31 @@
+"""``trtqat lint``: the TensorRT Q/DQ placement check of an ONNX file."""
+
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    """Add the ``lint`` subcommand."""
+    p = subparsers.add_parser(
+        "lint", help="check Q/DQ placement for fully INT8 TensorRT engines",
+        description="Check that an ONNX file's Q/DQ nodes let TensorRT build a fully INT8 "
+        "engine: DQ on every Conv/Gemm/MatMul input, per-channel weight scales on the right "
+        "axis, zero-points 0, quantized residual Adds, one scale per Concat, no quantized "
+        "tensor fed to an op with no INT8 form. Exits 1 on errors.")
+    p.add_argument("onnx", nargs="+", help="ONNX file(s)")
+    p.add_argument("--strict", action="store_true", help="fail on warnings too")
+    p.add_argument("--errors-only", action="store_true", help="print errors only")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Lint each file; 1 if any has errors (or warnings with --strict)."""
+    from trtqat.export.lint import format_report, lint_model
+
+    status = 0
+    for path in args.onnx:
+        report = lint_model(path)
+        show = ("error",) if args.errors_only else ("error", "warning")
+        print(format_report(report, show))
+        if report.errors or (args.strict and report.warnings):
+            status = 1
+    return status

@@ -1,0 +1,128 @@
+"""Convert an ONNX graph's float parts to fp16 (what TensorRT 11 builds as FP16).
+
+Float initializers, constants, casts and intermediate tensors become fp16. Graph inputs and
+outputs stay fp32 with a Cast after/before them (``io_dtype="float32"``, the default) or
+become fp16. Q/DQ scales become fp16 too, which ONNX allows from opset 19 on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from trtqat.export._graph import attr, opset_version
+from trtqat.export.errors import ExportError
+
+log = logging.getLogger(__name__)
+
+FP16_MAX = float(np.finfo(np.float16).max)
+FP16_TINY = float(2.0 ** -24)  # smallest fp16 subnormal
+FP16_NORMAL = float(np.finfo(np.float16).tiny)
+
+IO_DTYPES = {"float32": TensorProto.FLOAT, "fp32": TensorProto.FLOAT,
+             "float16": TensorProto.FLOAT16, "fp16": TensorProto.FLOAT16}
+
+# (op, input index) that ONNX requires in float32 whatever the data type.
+_KEEP_FP32 = {("Resize", 2), ("Upsample", 1)}
+
+
+def _to_fp16(array: np.ndarray, is_scale: bool) -> np.ndarray:
+    if np.abs(array).max(initial=0.0) > FP16_MAX:
+        log.warning("a constant exceeds the fp16 range (%g); it is clipped to +-%g",
+                    float(np.abs(array).max()), FP16_MAX)
+    out = np.clip(array, -FP16_MAX, FP16_MAX)
+    if is_scale:
+        small = int(np.count_nonzero(out < FP16_NORMAL))
+        if small:
+            log.info("%d Q/DQ scale(s) below fp16's normal range lose precision", small)
+        out = np.maximum(out, FP16_TINY)
+    return out.astype(np.float16)
+
+
+def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "float32") -> onnx.ModelProto:
+    """A copy of ``model`` computing in fp16; inputs/outputs in ``io_dtype``."""
+    if io_dtype not in IO_DTYPES:
+        raise ExportError(f"--io-dtype {io_dtype!r} is unknown: use fp32 or fp16")
+    io_type = IO_DTYPES[io_dtype]
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    has_qdq = any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in graph.node)
+    if has_qdq and opset_version(out) < 19:
+        raise ExportError(f"fp16 Q/DQ scales need opset >= 19 (the model has "
+                          f"{opset_version(out)}); export int8-fp16 with --opset 19")
+    keep32: set[str] = set()
+    scales: set[str] = set()
+    for node in graph.node:
+        for idx, name in enumerate(node.input):
+            if (node.op_type, idx) in _KEEP_FP32:
+                keep32.add(name)
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear") and idx == 1:
+                scales.add(name)
+
+    for i, init in enumerate(graph.initializer):
+        if init.data_type == TensorProto.FLOAT and init.name not in keep32:
+            arr = _to_fp16(numpy_helper.to_array(init), init.name in scales)
+            graph.initializer[i].CopyFrom(numpy_helper.from_array(arr, init.name))
+    for node in graph.node:
+        _convert_node(node, scales)
+
+    _convert_io(graph, io_type)
+    del graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(out, strict_mode=True)
+
+
+def _convert_node(node: onnx.NodeProto, scales: set[str]) -> None:
+    if node.op_type == "Cast" and attr(node, "to") == TensorProto.FLOAT:
+        for a in node.attribute:
+            if a.name == "to":
+                a.i = TensorProto.FLOAT16
+    elif node.op_type in ("Constant", "ConstantOfShape"):
+        for a in node.attribute:
+            if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
+                arr = _to_fp16(numpy_helper.to_array(a.t), node.output[0] in scales)
+                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+            elif a.name in ("value_float", "value_floats"):
+                raise ExportError(f"Constant {node.name} uses {a.name}; cannot convert to fp16")
+
+
+def _convert_io(graph: onnx.GraphProto, io_type: int) -> None:
+    initializers = {t.name for t in graph.initializer}
+    head, tail = [], []
+    for value in graph.input:
+        ttype = value.type.tensor_type
+        if value.name in initializers or ttype.elem_type != TensorProto.FLOAT:
+            continue
+        if io_type == TensorProto.FLOAT16:
+            ttype.elem_type = TensorProto.FLOAT16
+            continue
+        inner = f"{value.name}_fp16"
+        for node in graph.node:
+            for i, name in enumerate(node.input):
+                if name == value.name:
+                    node.input[i] = inner
+        head.append(helper.make_node("Cast", [value.name], [inner], name=f"{value.name}/Cast",
+                                     to=TensorProto.FLOAT16))
+    for value in graph.output:
+        ttype = value.type.tensor_type
+        if ttype.elem_type != TensorProto.FLOAT:
+            continue
+        if io_type == TensorProto.FLOAT16:
+            ttype.elem_type = TensorProto.FLOAT16
+            continue
+        inner = f"{value.name}_fp16"
+        for node in graph.node:
+            for i, name in enumerate(node.output):
+                if name == value.name:
+                    node.output[i] = inner
+            for i, name in enumerate(node.input):
+                if name == value.name:
+                    node.input[i] = inner
+        tail.append(helper.make_node("Cast", [inner], [value.name], name=f"{value.name}/Cast",
+                                     to=TensorProto.FLOAT))
+    nodes = head + list(graph.node) + tail
+    del graph.node[:]
+    graph.node.extend(nodes)

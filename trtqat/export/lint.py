@@ -1,0 +1,342 @@
+"""TensorRT Q/DQ placement lint: will this ONNX file build into a fully INT8 engine?
+
+Each rule has an id; errors break INT8 execution (or the build), warnings cost speed
+(extra reformats, layers left in FP16/FP32). See ``RULES`` for the list.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from trtqat.export._graph import GraphIndex, attr, opset_version
+from trtqat.export.errors import LintError
+
+RULES = {
+    "no-qdq": "the graph holds no QuantizeLinear/DequantizeLinear (not an INT8 Q/DQ model)",
+    "opset": "per-channel Q/DQ needs opset >= 13",
+    "unquantized-input": "a Conv/Gemm/MatMul has DQ on one of activation and weight only",
+    "float-layer": "a Conv/Gemm/MatMul has no DQ at all and runs in float",
+    "weight-axis": "weight scales are not per output channel on the right axis",
+    "per-tensor-weight": "weight scale is per tensor (per channel is more accurate)",
+    "zero-point": "a Q/DQ zero-point is missing, not int8, or not 0",
+    "scale": "a Q/DQ scale is not a constant initializer, or not positive and finite",
+    "activation-per-channel": "an activation Q/DQ is not per tensor",
+    "unpaired-qdq": "a QuantizeLinear output does not go only into DequantizeLinear",
+    "residual-add": "a residual Add has no Q/DQ on its identity input",
+    "concat-scales": "Concat inputs do not share one scale",
+    "shared-tensor-scales": "one tensor is quantized with different scales (TensorRT reformats)",
+    "maxpool-scales": "Q/DQ around a MaxPool have different scales",
+    "no-int8-form": "a quantized tensor feeds an op with no INT8 form in TensorRT",
+}
+
+WEIGHTED = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+
+# Ops TensorRT fuses with Q/DQ or moves Q/DQ across (INT8-capable or data movement).
+INT8_CAPABLE = WEIGHTED | {
+    "Add", "Sub", "Mul", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "GlobalMaxPool", "ReduceMean", "ReduceMax", "Relu", "LeakyRelu", "Clip",
+    "BatchNormalization", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Slice",
+    "Split", "Gather", "Pad", "Identity", "Resize", "Upsample", "DepthToSpace",
+    "SpaceToDepth", "Expand", "Tile", "Shape", "QuantizeLinear", "DequantizeLinear",
+}
+
+# Single-input ops that only move data: TensorRT moves Q/DQ across them.
+_DATA_MOVEMENT = {"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
+
+# Ops whose output is a convolution/matmul result (the non-identity branch of a residual).
+_CONV_BRANCH = WEIGHTED | {"BatchNormalization"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One lint result, tied to a node."""
+
+    rule: str
+    severity: str  # "error" | "warning"
+    node: str
+    message: str
+
+    def line(self) -> str:
+        """``error  [rule] node: message``."""
+        return f"{self.severity:<7} [{self.rule}] {self.node}: {self.message}"
+
+
+@dataclass
+class LintReport:
+    """Findings of :func:`lint_model`; ``ok`` when there is no error."""
+
+    findings: list[Finding] = field(default_factory=list)
+    source: str = "<model>"
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def rules(self) -> set[str]:
+        """Ids of the rules that fired."""
+        return {f.rule for f in self.findings}
+
+    def summary(self) -> str:
+        return f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+
+    def lines(self) -> list[str]:
+        return [f.line() for f in self.findings]
+
+
+def lint_model(model: onnx.ModelProto | str | os.PathLike) -> LintReport:
+    """Check the Q/DQ placement of an ONNX model (a ModelProto or a path)."""
+    source = "<model>"
+    if not isinstance(model, onnx.ModelProto):
+        source = str(model)
+        if not Path(source).is_file():
+            raise LintError(f"{source} does not exist: pass an .onnx file")
+        try:
+            model = onnx.load(source)
+        except Exception as exc:
+            raise LintError(f"cannot read {source} as ONNX: {str(exc).splitlines()[0]}") from None
+    return _Linter(model).run(source)
+
+
+def _layer_of(name: str) -> str:
+    """Module path from a node name such as ``layer1.0.conv1._input_quantizer/Dequantize``."""
+    path = name.split("/")[0]
+    parts = [p for p in path.split(".") if not p.endswith("quantizer")]
+    return ".".join(parts) or path
+
+
+class _Linter:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.g = GraphIndex(model.graph)
+        self.findings: list[Finding] = []
+
+    def add(self, rule: str, severity: str, node: onnx.NodeProto | str, message: str) -> None:
+        name = node if isinstance(node, str) else (node.name or f"<{node.op_type}>")
+        self.findings.append(Finding(rule, severity, name, message))
+
+    def run(self, source: str) -> LintReport:
+        nodes = self.model.graph.node
+        if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in nodes):
+            self.add("no-qdq", "error", "<graph>", RULES["no-qdq"] +
+                     "; export the int8 variant from a calibrated or QAT checkpoint")
+            return LintReport(self.findings, source)
+        opset = opset_version(self.model)
+        if opset < 13:
+            self.add("opset", "error", "<graph>", f"opset {opset}: {RULES['opset']}")
+        for node in nodes:
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                self._check_qdq(node)
+            if node.op_type in WEIGHTED:
+                self._check_weighted(node)
+            elif node.op_type == "Add":
+                self._check_add(node)
+            elif node.op_type == "Concat":
+                self._check_concat(node)
+            elif node.op_type == "MaxPool":
+                self._check_maxpool(node)
+        self._check_shared_tensors()
+        return LintReport(self.findings, source)
+
+    # -------------------------------------------------------------- helpers
+    def _scale(self, node: onnx.NodeProto) -> np.ndarray | None:
+        return self.g.constant(node.input[1]) if len(node.input) > 1 else None
+
+    def _dq(self, tensor: str) -> onnx.NodeProto | None:
+        """The DQ producing ``tensor``, looking through data movement TensorRT commutes."""
+        for _ in range(8):
+            node = self.g.producer.get(tensor)
+            if node is None:
+                return None
+            if node.op_type == "DequantizeLinear":
+                return node
+            if node.op_type not in _DATA_MOVEMENT:
+                return None
+            tensor = node.input[0]
+        return None
+
+    def _is_weight_dq(self, dq: onnx.NodeProto) -> bool:
+        """A DQ whose data is constant: an int8 initializer or Q(initializer)."""
+        src = dq.input[0]
+        if self.g.is_constant(src):
+            return True
+        q = self.g.produced_by(src, "QuantizeLinear")
+        return q is not None and self.g.is_constant(q.input[0])
+
+    def _weight_shape(self, dq: onnx.NodeProto) -> tuple[int, ...] | None:
+        src = dq.input[0]
+        q = self.g.produced_by(src, "QuantizeLinear")
+        value = self.g.constant(q.input[0] if q is not None else src)
+        return None if value is None else tuple(value.shape)
+
+    # -------------------------------------------------------------- rules
+    def _check_qdq(self, node: onnx.NodeProto) -> None:
+        kind = "QuantizeLinear" if node.op_type == "QuantizeLinear" else "DequantizeLinear"
+        if len(node.input) < 2 or not self.g.is_constant(node.input[1]):
+            self.add("scale", "error", node, f"{kind} scale is computed at run time; TensorRT "
+                     "needs a constant initializer")
+        else:
+            scale = self._scale(node)
+            if scale is None or not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+                self.add("scale", "error", node, f"{kind} scale must be positive and finite")
+        if len(node.input) < 3 or not node.input[2]:
+            self.add("zero-point", "error", node, f"{kind} has no zero-point (that means "
+                     "uint8); TensorRT needs an int8 zero-point of 0")
+        elif not self.g.is_constant(node.input[2]):
+            self.add("zero-point", "error", node, "zero-point is not a constant")
+        else:
+            zp = self.g.constant(node.input[2])
+            if zp is not None and zp.dtype != np.int8:
+                self.add("zero-point", "error", node, f"zero-point is {zp.dtype}, not int8 "
+                         "(TensorRT quantizes symmetrically to int8)")
+            elif zp is not None and np.any(zp != 0):
+                self.add("zero-point", "error", node, "zero-point is not 0 (TensorRT "
+                         "quantization is symmetric)")
+        if node.op_type == "QuantizeLinear":
+            users = self.g.consumers.get(node.output[0], [])
+            if node.output[0] in self.g.outputs or any(
+                    u.op_type != "DequantizeLinear" for u in users):
+                self.add("unpaired-qdq", "error", node, "its int8 output must go only into "
+                         "DequantizeLinear")
+            return
+        weight = self._is_weight_dq(node)
+        scale = self._scale(node)
+        if not weight and scale is not None and scale.size > 1:
+            self.add("activation-per-channel", "error", node, f"activation scale has "
+                     f"{scale.size} values; TensorRT quantizes activations per tensor")
+        if not weight and not self.g.produced_by(node.input[0], "QuantizeLinear"):
+            self.add("unpaired-qdq", "error", node, "input comes neither from a "
+                     "QuantizeLinear nor from an int8 initializer")
+        if not weight:
+            for user in self.g.consumers.get(node.output[0], []):
+                if user.op_type not in INT8_CAPABLE:
+                    layer = _layer_of(node.name)
+                    self.add("no-int8-form", "error", user, f"{user.op_type} takes the "
+                             f"quantized output of {node.name or 'a DequantizeLinear'} but has "
+                             f"no INT8 form in TensorRT; leave layer '{layer}' in float "
+                             f"(--skip-layers {layer})")
+
+    def _weight_index(self, node: onnx.NodeProto) -> tuple[int, int] | None:
+        """(activation input, weight input) indices, or None if no input is a weight."""
+        if node.op_type == "MatMul":
+            for w_idx in (1, 0):
+                dq = self._dq(node.input[w_idx])
+                if self.g.is_constant(node.input[w_idx]) or (dq and self._is_weight_dq(dq)):
+                    return 1 - w_idx, w_idx
+            return None
+        return 0, 1
+
+    def _expected_axis(self, node: onnx.NodeProto, rank: int, w_idx: int) -> int:
+        if node.op_type == "ConvTranspose":
+            return 1
+        if node.op_type == "Gemm":
+            return 0 if attr(node, "transB", 0) else 1
+        if node.op_type == "MatMul":
+            return rank - 1 if w_idx == 1 else rank - 2
+        return 0
+
+    def _check_weighted(self, node: onnx.NodeProto) -> None:
+        idx = self._weight_index(node)
+        if idx is None:  # activation x activation MatMul: both inputs are activations
+            missing = [i for i in (0, 1) if not self._dq(node.input[i])]
+            if len(missing) == 1:
+                self.add("unquantized-input", "error", node,
+                         f"input {missing[0]} has no DequantizeLinear")
+            return
+        a_idx, w_idx = idx
+        act_dq = self._dq(node.input[a_idx])
+        w_dq = self._dq(node.input[w_idx])
+        if not act_dq and not w_dq:
+            self.add("float-layer", "warning", node, "no Q/DQ on its inputs: runs in float")
+            return
+        if not act_dq:
+            self.add("unquantized-input", "error", node, "weight is quantized but the "
+                     "activation input has no DequantizeLinear")
+        if not w_dq:
+            self.add("unquantized-input", "error", node, "activation is quantized but the "
+                     "weight has no DequantizeLinear")
+            return
+        scale = self._scale(w_dq)
+        shape = self._weight_shape(w_dq)
+        if scale is None or shape is None:
+            return
+        if scale.size == 1:
+            self.add("per-tensor-weight", "warning", w_dq, f"weight of {node.name} is "
+                     "quantized per tensor; per output channel is more accurate")
+            return
+        rank = len(shape)
+        want = self._expected_axis(node, rank, w_idx)
+        axis = attr(w_dq, "axis", 1) % max(rank, 1)
+        if axis != want or scale.size != shape[want]:
+            self.add("weight-axis", "error", w_dq, f"weight of {node.name} ({node.op_type}, "
+                     f"shape {list(shape)}) is quantized on axis {axis} with {scale.size} "
+                     f"scales; expected axis {want} with {shape[want]}")
+
+    def _check_add(self, node: onnx.NodeProto) -> None:
+        inputs = [i for i in node.input if i and not self.g.is_constant(i)]
+        if len(inputs) != 2 or any(self._dq(i) for i in inputs):
+            return
+        producers = [self.g.producer.get(i) for i in inputs]
+        if any(p is not None and p.op_type in _CONV_BRANCH for p in producers):
+            self.add("residual-add", "warning", node, "neither input has Q/DQ: quantize the "
+                     "identity input so TensorRT fuses conv + add and keeps the block INT8")
+
+    def _check_concat(self, node: onnx.NodeProto) -> None:
+        dqs = [self._dq(i) for i in node.input if i]
+        quantized = [d for d in dqs if d is not None]
+        if not quantized:
+            return
+        if len(quantized) != len(dqs):
+            self.add("concat-scales", "warning", node, "mixes quantized and float inputs; "
+                     "quantize every input with one scale")
+            return
+        scales = [self._scale(d) for d in quantized]
+        if any(s is None or not np.array_equal(s, scales[0]) for s in scales):
+            self.add("concat-scales", "warning", node, "inputs have different scales; "
+                     "TensorRT inserts reformats unless they share one")
+
+    def _check_maxpool(self, node: onnx.NodeProto) -> None:
+        dq = self._dq(node.input[0])
+        if dq is None:
+            return
+        for user in self.g.consumers.get(node.output[0], []):
+            if user.op_type == "QuantizeLinear":
+                s_in, s_out = self._scale(dq), self._scale(user)
+                if s_in is not None and s_out is not None and not np.array_equal(s_in, s_out):
+                    self.add("maxpool-scales", "warning", node, "Q/DQ before and after "
+                             "have different scales; TensorRT moves Q/DQ across MaxPool")
+
+    def _check_shared_tensors(self) -> None:
+        by_tensor: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+        for node in self.model.graph.node:
+            if node.op_type == "QuantizeLinear" and not self.g.is_constant(node.input[0]):
+                by_tensor[node.input[0]].append(node)
+        for tensor, qs in by_tensor.items():
+            scales = [self._scale(q) for q in qs]
+            if len(qs) > 1 and any(s is None or not np.array_equal(s, scales[0])
+                                   for s in scales):
+                names = ", ".join(q.name for q in qs[:4])
+                self.add("shared-tensor-scales", "warning", qs[0], f"tensor '{tensor}' is "
+                         f"quantized by {len(qs)} QuantizeLinear with different scales "
+                         f"({names}); give them one amax")
+
+
+def format_report(report: LintReport, show: Iterable[str] = ("error", "warning")) -> str:
+    """Findings then a summary line, as ``trtqat lint`` prints them."""
+    lines = [f.line() for f in report.findings if f.severity in show]
+    lines.append(f"{report.source}: {report.summary()}")
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""Move an exported graph to the requested opset (the exporter itself writes opset 18)."""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+
+from trtqat.export._graph import GraphIndex
+from trtqat.export._torch_export import quiet
+from trtqat.export.errors import ExportError
+
+log = logging.getLogger(__name__)
+
+
+def convert_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """``model`` at ``opset``: onnx's version converter, else a direct retarget.
+
+    The converter lacks some downgrade adapters (e.g. Relu 14 -> 13, a type-only change);
+    then the opset import is rewritten and each node fitted to its older schema.
+    """
+    current = next(i.version for i in model.opset_import if i.domain in ("", "ai.onnx"))
+    if current == opset:
+        return model
+    try:
+        with quiet():
+            converted = onnx.version_converter.convert_version(model, opset)
+    except Exception as exc:
+        log.debug("version converter %d -> %d failed (%s); retargeting", current, opset, exc)
+        converted = _retarget(model, opset)
+    if opset < 18:
+        _drop_default_attrs(converted, opset)
+    return converted
+
+
+_REDUCE_AXES_INPUT = 18  # Reduce* ops (but ReduceSum, 13) take axes as an input from 18
+
+
+def _retarget(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = GraphIndex(out.graph)
+    for node in out.graph.node:
+        reduce = node.op_type.startswith("Reduce") and node.op_type != "ReduceSum"
+        if reduce and opset < _REDUCE_AXES_INPUT and len(node.input) > 1 and node.input[1]:
+            axes = g.constant(node.input[1])
+            if axes is None:
+                raise ExportError(f"{node.name} has run-time axes, which opset {opset} cannot "
+                                  f"express; use --opset {_REDUCE_AXES_INPUT}")
+            del node.input[1:]
+            node.attribute.append(onnx.helper.make_attribute("axes", [int(a) for a in axes]))
+    for imp in out.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            imp.version = opset
+    return out
+
+
+def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
+    """Remove attributes the target schema does not know, where that changes nothing.
+
+    ``noop_with_empty_axes=0`` is the older behaviour; ``Reshape(allowzero=1)`` only differs
+    from older Reshape when its shape holds a 0.
+    """
+    g = GraphIndex(model.graph)
+    for node in model.graph.node:
+        try:
+            known = set(onnx.defs.get_schema(node.op_type, opset, node.domain).attributes)
+        except onnx.defs.SchemaError:
+            continue
+        kept = []
+        for a in node.attribute:
+            value = onnx.helper.get_attribute_value(a)
+            if a.name in known:
+                kept.append(a)
+            elif a.name == "noop_with_empty_axes" and value == 0:
+                continue
+            elif a.name == "allowzero" and node.op_type == "Reshape":
+                shape = g.constant(node.input[1])
+                if value == 0 or (shape is not None and 0 not in shape.tolist()):
+                    continue
+                raise ExportError(f"{node.name} reshapes with zeros (allowzero), which opset "
+                                  f"{opset} cannot express; use --opset 14 or later")
+            else:
+                kept.append(a)
+        del node.attribute[:]
+        node.attribute.extend(kept)

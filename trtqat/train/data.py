@@ -1,0 +1,267 @@
+"""Data for the recipes: scikit-learn's digits, an ImageFolder on disk, or synthetic images.
+
+``make_loaders`` is the one entry point: it returns ``(train_loader, val_loader,
+num_classes)``. The train loader shuffles (per epoch, reproducibly from ``seed``) and
+augments; the val loader uses deterministic eval transforms and never shuffles. Under
+torch.distributed each rank sees its own shard of both.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+from torchvision.transforms import v2
+
+from trtqat.errors import TrtqatError
+
+log = logging.getLogger(__name__)
+
+BUILTIN = ("digits", "synthetic")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+DIGITS_VAL_FRACTION = 0.2
+DIGITS_SPLIT_SEED = 0  # the digits split is fixed, whatever --seed says
+SYNTHETIC_SIZES = (1024, 256)  # train, val
+
+
+class DataError(TrtqatError, ValueError):
+    """The data set is missing, empty or unreadable."""
+
+
+# --------------------------------------------------------------------------- samplers
+class EpochShuffleSampler(Sampler[int]):
+    """Shuffles with a generator seeded by ``seed + epoch``: a resumed run sees the same order."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the permutation of ``epoch``."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class ShardSampler(Sampler[int]):
+    """Every ``world_size``-th index from ``rank``, in order and without padding (exact eval)."""
+
+    def __init__(self, n: int, rank: int, world_size: int) -> None:
+        self.indices = list(range(rank, n, world_size))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+# --------------------------------------------------------------------------- datasets
+class TransformDataset(Dataset):
+    """A ``TensorDataset`` of (image, label) with a per-sample transform on the image."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform=None) -> None:
+        self.images, self.labels, self.transform = images, labels, transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x = self.images[i]
+        return (self.transform(x) if self.transform else x), int(self.labels[i])
+
+
+def _digits(image_size: int, augment: bool) -> tuple[Dataset, Dataset, int]:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0  # N,1,8,8 in [0,1]
+    y = torch.tensor(bunch.target, dtype=torch.long)
+    idx = torch.arange(len(y)).numpy()
+    tr, va = train_test_split(idx, test_size=DIGITS_VAL_FRACTION, stratify=y.numpy(),
+                              random_state=DIGITS_SPLIT_SEED)
+    x = torch.nn.functional.interpolate(x, size=(image_size, image_size), mode="bilinear",
+                                        align_corners=False).clamp_(0, 1).expand(-1, 3, -1, -1)
+    mean, std = x[tr].mean().item(), x[tr].std().item()
+    x = ((x - mean) / std).contiguous()
+    pad = max(1, image_size // 8)
+    # Digits are not mirror-symmetric: shift and slightly rotate/scale, never flip.
+    train_tf = v2.Compose([
+        v2.RandomCrop(image_size, padding=pad, fill=-mean / std),
+        v2.RandomAffine(degrees=10, scale=(0.9, 1.1), fill=-mean / std),
+    ])
+    tr, va = torch.as_tensor(tr), torch.as_tensor(va)
+    train = TransformDataset(x[tr], y[tr], train_tf if augment else None)
+    val = TransformDataset(x[va], y[va])
+    train.classes = val.classes = [str(c) for c in range(10)]
+    return train, val, 10
+
+
+def _synthetic(image_size: int, num_classes: int, seed: int) -> tuple[Dataset, Dataset, int]:
+    """Class-dependent patterns plus noise: learnable, so loss goes down, and instant."""
+    g = torch.Generator().manual_seed(seed)
+    protos = torch.randn(num_classes, 3, image_size, image_size, generator=g)
+    sets = []
+    for n in SYNTHETIC_SIZES:
+        y = torch.randint(0, num_classes, (n,), generator=g)
+        x = protos[y] + torch.randn(n, 3, image_size, image_size, generator=g)
+        sets.append(TensorDataset(x, y))
+    return sets[0], sets[1], num_classes
+
+
+def _is_readable(path: str) -> bool:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im.verify()
+        return True
+    except Exception:  # PIL raises many kinds for a broken file
+        return False
+
+
+def _scan_split(root: Path, split: str, strict: bool):
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    folder = root / split
+    classes = sorted(d.name for d in os.scandir(folder) if d.is_dir())
+    if not classes:
+        raise DataError(f"{folder} holds no class folders: put images in {folder}/<class>/")
+    samples, bad, empty = [], [], []
+    for ci, cls in enumerate(classes):
+        files = sorted(p for p in (folder / cls).rglob("*")
+                       if p.is_file() and has_file_allowed_extension(p.name, IMG_EXTENSIONS))
+        good = 0
+        for p in files:
+            if _is_readable(str(p)):
+                samples.append((str(p), ci))
+                good += 1
+            else:
+                bad.append(p)
+        if good == 0:
+            empty.append(cls)
+    if bad:
+        if strict:
+            raise DataError(f"{len(bad)} unreadable image(s) in {folder}, e.g. {bad[0]}: "
+                            "fix or remove them, or drop --strict to skip them")
+        log.warning("skipping %d unreadable image(s) in %s, e.g. %s", len(bad), folder, bad[0])
+    if empty:
+        raise DataError(f"class folder(s) with no readable image in {folder}: "
+                        f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}")
+    return classes, samples, len(bad)
+
+
+def _image_folder(root: Path, image_size: int, strict: bool, augment: bool
+                  ) -> tuple[Dataset, Dataset, int]:
+    from torchvision.datasets import ImageFolder
+
+    if not root.is_dir():
+        raise DataError(f"--data {root}: no such folder; use 'digits', 'synthetic' or an "
+                        "ImageFolder path with train/ and val/")
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise DataError(f"{root} has no {split}/ folder: an ImageFolder data set needs "
+                            f"{root}/train/<class>/*.jpg and {root}/val/<class>/*.jpg")
+    tr_classes, tr_samples, _ = _scan_split(root, "train", strict)
+    va_classes, va_samples, _ = _scan_split(root, "val", strict)
+    if tr_classes != va_classes:
+        raise DataError(f"{root}/train and {root}/val have different class folders "
+                        f"({len(tr_classes)} vs {len(va_classes)}): they must match")
+    norm = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    train_tf = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(image_size, antialias=True),
+                           v2.RandomHorizontalFlip(), *norm])
+    resize = int(math.floor(image_size / 0.875))
+    eval_tf = v2.Compose([v2.PILToTensor(), v2.Resize(resize, antialias=True),
+                          v2.CenterCrop(image_size), *norm])
+    out = []
+    train_tf = train_tf if augment else eval_tf
+    for split, samples, tf in (("train", tr_samples, train_tf), ("val", va_samples, eval_tf)):
+        ds = ImageFolder(str(root / split), transform=tf)
+        ds.samples = ds.imgs = samples  # only the images that opened
+        ds.targets = [c for _, c in samples]
+        out.append(ds)
+    return out[0], out[1], len(tr_classes)
+
+
+def make_datasets(data: str = "digits", image_size: int = 32, seed: int = 0, *,
+                  num_classes: int | None = None, strict: bool = False, augment: bool = True
+                  ) -> tuple[Dataset, Dataset, int]:
+    """(train, val, num_classes) datasets; raises :class:`DataError` on bad input.
+
+    ``augment=False`` gives the train images with eval transforms (for calibration).
+    """
+    if image_size < 8:
+        raise DataError(f"--image-size must be >= 8, got {image_size}")
+    if data == "digits":
+        return _digits(image_size, augment)
+    if data == "synthetic":
+        return _synthetic(image_size, num_classes or 10, seed)
+    return _image_folder(Path(data), image_size, strict, augment)
+
+
+def _dist_info(distributed: bool) -> tuple[int, int]:
+    if not distributed:
+        return 0, 1
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def make_loader(dataset: Dataset, batch_size: int = 64, workers: int = 0, seed: int = 0,
+                distributed: bool = False, train: bool = True) -> DataLoader:
+    """A loader over ``dataset``: seeded per-epoch shuffle (``train``) or fixed order.
+
+    With ``distributed``, each rank reads its shard (a seeded ``DistributedSampler`` when
+    ``train``, an unpadded strided shard otherwise, so evaluation counts every image once).
+    """
+    if batch_size < 1:
+        raise DataError(f"--batch-size must be >= 1, got {batch_size}")
+    if workers < 0:
+        raise DataError(f"--workers must be >= 0, got {workers}")
+    rank, world = _dist_info(distributed)
+    if train and world > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
+                                     seed=seed)
+    elif train:
+        sampler = EpochShuffleSampler(len(dataset), seed)
+    else:
+        sampler = ShardSampler(len(dataset), rank, world) if world > 1 else None
+    # A final batch of one sample would break BatchNorm in training.
+    per_rank = math.ceil(len(dataset) / world)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
+                      drop_last=train and per_rank % batch_size == 1, num_workers=workers,
+                      pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+
+
+def make_loaders(data: str = "digits", image_size: int = 32, batch_size: int = 64,
+                 workers: int = 0, seed: int = 0, distributed: bool = False, *,
+                 num_classes: int | None = None, strict: bool = False
+                 ) -> tuple[DataLoader, DataLoader, int]:
+    """(train_loader, val_loader, num_classes) for ``data`` ('digits', 'synthetic' or a path).
+
+    The val loader is deterministic (eval transforms, fixed order). With ``distributed``,
+    both are sharded across ranks (train with a seeded ``DistributedSampler``).
+    ``num_classes`` sets the class count of 'synthetic'; ``strict`` fails on unreadable
+    ImageFolder files instead of skipping them.
+    """
+    if batch_size < 1:
+        raise DataError(f"--batch-size must be >= 1, got {batch_size}")
+    train, val, n_cls = make_datasets(data, image_size, seed, num_classes=num_classes,
+                                      strict=strict)
+    return (make_loader(train, batch_size, workers, seed, distributed, train=True),
+            make_loader(val, batch_size, workers, seed, distributed, train=False), n_cls)

@@ -1,0 +1,123 @@
+"""FP32 training of a torchvision classification model: ``train_fp32(TrainConfig(...))``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from trtqat.train import distributed as D
+from trtqat.train import recipes as R
+from trtqat.train.data import make_loaders
+from trtqat.train.loop import NonFiniteLossError, fit
+from trtqat.train.models import build_model
+from trtqat.train.run_dir import RunDir, check_out_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """Options of ``trtqat train`` (each field is the CLI option of the same name)."""
+
+    model: str = "resnet18"
+    num_classes: int | None = None
+    data: str = "digits"
+    image_size: int = 32
+    epochs: int = 15
+    batch_size: int = 32
+    lr: float = 0.05
+    min_lr: float = 0.0
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    opt: str = "sgd"
+    warmup_epochs: float = 1.0
+    label_smoothing: float = 0.0
+    workers: int = 0
+    seed: int = 0
+    out: str = "runs/fp32"
+    resume: bool = False
+    overwrite: bool = False
+    device: str = "auto"
+    limit_batches: int | None = None
+    stop_after: int | None = None
+    strict: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        R.check_common(self)
+        R.check_positive(self, "epochs", "lr")
+        R.check_positive(self, "min_lr", "momentum", "weight_decay", "warmup_epochs", zero=True)
+        R.check_positive(self, "num_classes", allow_none=True)
+        if self.opt not in R.OPTIMIZERS:
+            raise R.ConfigError(f"unknown --opt {self.opt!r}: use one of "
+                                f"{', '.join(R.OPTIMIZERS)}")
+        if self.min_lr >= self.lr:
+            raise R.ConfigError(f"--min-lr ({self.min_lr}) must be below --lr ({self.lr})")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise R.ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
+    """Train ``cfg.model`` in float on ``cfg.data``; writes ``last.pt``/``best.pt`` in ``cfg.out``.
+
+    Returns ``{"last": metrics of the last epoch, "best_top1": ..., "out": run folder}``.
+    """
+    ctx = D.setup(cfg.device)
+    run = None
+    try:
+        out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
+        D.seed_everything(cfg.seed, ctx.rank)
+        train_loader, val_loader, data_classes = make_loaders(
+            cfg.data, cfg.image_size, cfg.batch_size, cfg.workers, cfg.seed,
+            distributed=ctx.distributed, num_classes=cfg.num_classes, strict=cfg.strict)
+        num_classes = R.num_classes_for(cfg.num_classes, data_classes)
+        args = R.as_args(cfg, num_classes=num_classes, world_size=ctx.world_size)
+        resume_ckpt = R.load_resume(out, "fp32", args, ctx) if cfg.resume else None
+        model = build_model(cfg.model, num_classes).to(ctx.device)
+        spec = {"arch": cfg.model, "num_classes": num_classes, "image_size": cfg.image_size,
+                "quantized": False, "skip_layers": []}
+        optimizer = R.build_optimizer(cfg.opt, model, cfg.lr, cfg.momentum, cfg.weight_decay)
+        steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
+        # Warm-up takes at most half of the schedule (short runs keep their cosine decay).
+        warmup = min(int(round(cfg.warmup_epochs * steps)), steps * cfg.epochs // 2)
+        scheduler = R.build_scheduler(optimizer, steps * cfg.epochs, warmup, cfg.min_lr / cfg.lr)
+        start, best, wall = 0, -1.0, 0.0
+        if resume_ckpt is not None:
+            start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
+        run = RunDir(out, enabled=ctx.is_main)
+        run.start(args, resume=cfg.resume)
+        if cfg.resume:
+            run.truncate_metrics("fp32", start)
+            log.info("resuming %s at epoch %d/%d", out, start, cfg.epochs)
+
+        def make_payload(epoch: int, record: dict, best_top1: float, wall_s: float) -> dict:
+            return R.payload(stage="fp32", model=model, spec=spec, epoch=epoch, args=args,
+                             ctx=ctx, metrics=record, optimizer=optimizer, scheduler=scheduler,
+                             best_top1=best_top1, wall_time_s=wall_s)
+
+        try:
+            result = fit(stage="fp32", model=D.wrap(ctx, model), train_loader=train_loader,
+                         val_loader=val_loader,
+                         criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+                         optimizer=optimizer, scheduler=scheduler, ctx=ctx, run=run,
+                         start_epoch=start, epochs=cfg.epochs, best_top1=best,
+                         wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
+                         stop_after=cfg.stop_after, progress=cfg.progress)
+        except NonFiniteLossError as exc:
+            raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr or lengthen "
+                                     "--warmup-epochs and start again (--overwrite)") from None
+        return {**result, "out": str(out)}
+    finally:
+        if run is not None:
+            run.close()
+        D.cleanup(ctx)
+
+
+def _kept(out) -> str:
+    last = out / "last.pt"
+    if last.is_file():
+        return f"The last good checkpoint is kept: {last}."
+    return "No epoch finished, so no checkpoint was written."

@@ -1,0 +1,182 @@
+"""The three recipes, one verb each: ``train_fp32``, ``calibrate`` (PTQ), ``qat_finetune``.
+
+This module holds what they share: config checks, optimizer and cosine schedule, the
+checkpoint payload and resume checks. The verbs live in ``fp32.py``, ``ptq.py`` and
+``qat.py`` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trtqat.errors import TrtqatError
+from trtqat.train import distributed as D
+from trtqat.train.checkpoint import CheckpointError, load_checkpoint
+from trtqat.train.loop import cosine_lambda
+
+log = logging.getLogger(__name__)
+
+OPTIMIZERS = ("sgd", "adamw")
+# Options that may change between a run and its --resume without changing the result.
+RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
+               "strict", "world_size"}
+
+
+class ConfigError(TrtqatError, ValueError):
+    """An invalid recipe option."""
+
+
+def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool = False) -> None:
+    """Raise :class:`ConfigError` unless each field is > 0 (>= 0 with ``zero``)."""
+    for name in names:
+        value = getattr(cfg, name, None)
+        if value is None and allow_none:
+            continue
+        if value is None or (value < 0 if zero else value <= 0):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} must be {'>= 0' if zero else '> 0'}, got {value}")
+
+
+def check_common(cfg: Any) -> None:
+    """Checks shared by every recipe config (data, batches, device, run folder)."""
+    check_positive(cfg, "batch_size", "image_size", "limit_batches", "stop_after",
+                   allow_none=True)
+    check_positive(cfg, "workers", zero=True)
+    if not str(cfg.out):
+        raise ConfigError("--out must name a run folder")
+    if getattr(cfg, "resume", False) and cfg.overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other")
+
+
+def as_args(cfg: Any, **resolved: Any) -> dict[str, Any]:
+    """The config as plain YAML-able types, with resolved values filled in."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = resolved.get(f.name, getattr(cfg, f.name))
+        out[f.name] = list(value) if isinstance(value, tuple) else (
+            str(value) if isinstance(value, Path) else value)
+    for k, v in resolved.items():
+        out.setdefault(k, v)
+    return out
+
+
+def build_optimizer(name: str, model: nn.Module, lr: float, momentum: float,
+                    weight_decay: float) -> torch.optim.Optimizer:
+    """SGD with momentum (the torchvision reference default) or AdamW."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                               nesterov=momentum > 0)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    raise ConfigError(f"unknown --opt {name!r}: use one of {', '.join(OPTIMIZERS)}")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
+                    final_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
+    """Per-iteration cosine annealing (after a linear warm-up) down to ``final_ratio * lr``."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, cosine_lambda(total_steps, warmup_steps, final_ratio))
+
+
+def steps_per_epoch(loader, limit: int | None) -> int:
+    """Optimizer steps in one epoch (``limit`` caps it)."""
+    n = len(loader)
+    return n if limit is None else min(n, limit)
+
+
+def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, verb: str
+                ) -> dict[str, Any]:
+    """Load the input checkpoint of ``calibrate``/``qat`` and check its stage and arch."""
+    ckpt = load_checkpoint(path)
+    stage = ckpt.get("stage")
+    if stage not in stages:
+        hint = {"fp32": "calibrate it first: trtqat calibrate --checkpoint " + str(path)}.get(
+            stage, f"{verb} needs a checkpoint of stage {' or '.join(stages)}")
+        raise CheckpointError(f"{path} holds a {stage!r} checkpoint: {hint}")
+    arch = ckpt["model"]["arch"]
+    if model is not None and model != arch:
+        raise CheckpointError(f"{path} holds a {arch}, not a {model}: pass the checkpoint of "
+                              f"a {model} run, or drop --model")
+    return ckpt
+
+
+def load_resume(out: Path, stage: str, args: dict[str, Any], ctx: D.DistContext
+                ) -> dict[str, Any]:
+    """``out/last.pt`` after checking it continues this very run (same stage and options)."""
+    ckpt = load_checkpoint(out / "last.pt")
+    if ckpt.get("stage") != stage:
+        raise CheckpointError(f"--resume: {out}/last.pt is a {ckpt.get('stage')!r} run, not "
+                              f"{stage!r}; use the command that wrote it")
+    old = ckpt.get("args") or {}
+    diff = [k for k, v in args.items() if k not in RESUME_FREE and k in old and old[k] != v]
+    if diff:
+        k = diff[0]
+        raise ConfigError(f"--resume: --{k.replace('_', '-')} is {args[k]!r} but the run used "
+                          f"{old[k]!r}; resume with the options of the original command")
+    rng = ckpt.get("rng") or []
+    if len(rng) != ctx.world_size:
+        log.warning("resuming with %d process(es), the run used %d: data order and "
+                    "augmentation will differ from an uninterrupted run", ctx.world_size,
+                    len(rng))
+    return ckpt
+
+
+def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
+            scheduler, ctx: D.DistContext) -> tuple[int, float, float]:
+    """Load a resume checkpoint into the live objects; returns (epoch, best top-1, wall time)."""
+    model.load_state_dict(ckpt["state_dict"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    rng = ckpt.get("rng") or []
+    if ctx.rank < len(rng):
+        D.set_rng_state(rng[ctx.rank])
+    return int(ckpt["epoch"]), float(ckpt.get("best_top1", -1.0)), float(
+        ckpt.get("wall_time_s", 0.0))
+
+
+def payload(*, stage: str, model: nn.Module, spec: dict[str, Any], epoch: int,
+            args: dict[str, Any], ctx: D.DistContext, metrics: dict[str, Any],
+            optimizer: torch.optim.Optimizer | None = None, scheduler=None,
+            best_top1: float = -1.0, wall_time_s: float = 0.0, **extra: Any) -> dict[str, Any]:
+    """A checkpoint dict (plain types and tensors). Runs a collective: call on every rank."""
+    ckpt = {"stage": stage, "model": spec, "state_dict": D.unwrap(model).state_dict(),
+            "epoch": epoch, "rng": D.gather_rng_states(ctx), "metrics": metrics,
+            "best_top1": best_top1, "wall_time_s": wall_time_s, "args": args, **extra}
+    if optimizer is not None:
+        ckpt["optimizer"] = optimizer.state_dict()
+    if scheduler is not None:
+        ckpt["scheduler"] = scheduler.state_dict()
+    return ckpt
+
+
+def num_classes_for(requested: int | None, data_classes: int) -> int:
+    """The model's class count: ``--num-classes`` if given (>= the data's), else the data's."""
+    if requested is None:
+        return data_classes
+    if requested < data_classes:
+        raise ConfigError(f"--num-classes {requested} is smaller than the {data_classes} "
+                          "classes of the data set")
+    return requested
+
+
+_VERBS = {"TrainConfig": "fp32", "train_fp32": "fp32", "CalibrateConfig": "ptq",
+          "calibrate": "ptq", "QATConfig": "qat", "qat_finetune": "qat"}
+
+
+def __getattr__(name: str) -> Any:
+    # The verbs import this module, so they are re-exported lazily.
+    if name in _VERBS:
+        import importlib
+
+        return getattr(importlib.import_module(f"trtqat.train.{_VERBS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_VERBS)

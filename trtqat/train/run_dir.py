@@ -1,0 +1,139 @@
+"""The run folder: ``args.yaml``, ``metrics.jsonl``, checkpoints and TensorBoard scalars.
+
+Only the main process (rank 0) writes; on other ranks every method is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trtqat.errors import TrtqatError
+from trtqat.train.checkpoint import default_mode
+
+log = logging.getLogger(__name__)
+
+ARGS = "args.yaml"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = ("last.pt", "best.pt")
+
+
+class RunDirError(TrtqatError, RuntimeError):
+    """The run folder cannot be used as asked (already holds a run, nothing to resume)."""
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, default_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool) -> Path:
+    """Refuse to clobber an existing run (unless ``overwrite``) or to resume a missing one."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--out {path} is a file, not a folder: choose another --out")
+    has_run = any((path / n).exists() for n in CHECKPOINTS)
+    if resume:
+        if not (path / "last.pt").is_file():
+            raise RunDirError(f"--resume: {path}/last.pt does not exist; nothing to resume "
+                              "(drop --resume to start a new run)")
+    elif has_run and not overwrite:
+        raise RunDirError(f"{path} already holds a run: pass --resume to continue it, "
+                          "--overwrite to replace it, or choose another --out")
+    return path
+
+
+class RunDir:
+    """Writes the artifacts of one run into ``path`` (rank 0 only)."""
+
+    def __init__(self, path: str | os.PathLike, enabled: bool = True,
+                 tensorboard: bool = True) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+        self._tb = None
+        self._want_tb = tensorboard
+
+    def file(self, name: str) -> Path:
+        """The path of ``name`` inside the run folder."""
+        return self.path / name
+
+    def start(self, args: dict[str, Any], resume: bool) -> None:
+        """Create the folder and write ``args.yaml``; a fresh run starts an empty metrics file."""
+        if not self.enabled:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        _atomic_write_text(self.file(ARGS), yaml.safe_dump(args, sort_keys=False))
+        if not resume:
+            _atomic_write_text(self.file(METRICS), "")
+            for name in CHECKPOINTS:
+                self.file(name).unlink(missing_ok=True)
+        if self._want_tb:
+            self._tb = _summary_writer(self.path / "tb")
+
+    def truncate_metrics(self, stage: str, epoch: int) -> None:
+        """Drop metric lines of ``stage`` written after ``epoch`` (a run killed mid-save)."""
+        if not self.enabled or not self.file(METRICS).is_file():
+            return
+        kept = []
+        for line in self.file(METRICS).read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash
+            if rec.get("stage") == stage and int(rec.get("epoch", 0)) > epoch:
+                continue
+            kept.append(line)
+        _atomic_write_text(self.file(METRICS), "".join(k + "\n" for k in kept))
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl`` (and scalars to TensorBoard)."""
+        if not self.enabled:
+            return
+        with open(self.file(METRICS), "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self._tb is not None:
+            step = int(record.get("epoch", 0))
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "epoch":
+                    self._tb.add_scalar(f"{record.get('stage', 'run')}/{key}", value, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        """Flush and close TensorBoard."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def _summary_writer(logdir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        log.debug("tensorboard is not installed: no TensorBoard scalars (pip install tensorboard)")
+        return None
+    return SummaryWriter(log_dir=str(logdir))
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every record of a ``metrics.jsonl`` file (or of the one inside a run folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
