@@ -291,7 +291,7 @@ class Exporter:
                 if result.lint is not None:
                     result.lint.source = str(path)
             if not result.passed:
-                failed = [c.name for c in result.checks if not c.passed]
+                failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
                 if result.lint is not None and not result.lint.ok:
                     failed.append(f"lint ({result.lint.errors[0].line()})")
                 raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",

@@ -1,0 +1,115 @@
+"""A miniature compare: tiny ResNet18 on 16x16 digits, two variants, short measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from trtqat.compare.run import CompareConfig, compare
+from trtqat.compare.variants import CompareError
+from trtqat.train.fp32 import TrainConfig, train_fp32
+from trtqat.train.ptq import CalibrateConfig, calibrate
+
+TINY = {"data": "digits", "image_size": 16, "progress": False, "device": "cpu", "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def run_root(tmp_path_factory) -> Path:
+    """fp32/ and ptq-max/ run folders of a briefly trained ResNet18."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("compare") / "runs"
+    train_fp32(TrainConfig(model="resnet18", epochs=4, out=str(root / "fp32"), **TINY))
+    calibrate(CalibrateConfig(checkpoint=str(root / "fp32" / "best.pt"), out=str(root / "ptq-max"),
+                              method="max", num_batches=4, progress=False, device="cpu"))
+    torch.set_num_threads(n)
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(run_root, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("out")
+    broken = out / "wrong-size.onnx"  # a valid ONNX that cannot take the data: it must fail
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 8, 8])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 3, 8, 8])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)],
+                                     ir_version=10), broken)
+    cfg = CompareConfig(run=str(run_root), onnx=(str(broken),), batch_sizes=(1, 8),
+                        export_dir=str(out / "export"), out=str(out / "engines"),
+                        duration_s=0.2, warmup_ms=20, threads=1, calib_batches=2,
+                        variants=("fp32", "ptq-max", "wrong-size"), progress=False)
+    return compare(cfg, echo=lambda _: None)
+
+
+def test_report_files_and_structure(report):
+    files = {k: Path(v) for k, v in report["files"].items()}
+    saved = json.loads(files["json"].read_text())
+    for key in ("machine", "backend", "providers", "versions", "batch_sizes", "dataset",
+                "generated", "variants", "partial", "failed"):
+        assert key in saved, key
+    assert saved["backend"] == "ort" and saved["batch_sizes"] == [1, 8]
+    assert "CPUExecutionProvider" in saved["providers"]
+    assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = files["md"].read_text()
+    assert "| fp32 |" in md and "| ptq-max |" in md and "Partial report" in md
+
+
+def test_every_number_was_measured(report):
+    ok = {v["name"]: v for v in report["variants"] if v["status"] == "ok"}
+    assert set(ok) == {"fp32", "ptq-max"}
+    for v in ok.values():
+        assert 0.0 <= v["metrics"]["top1"] <= 100.0 and 0.0 <= v["metrics"]["top5"] <= 100.0
+        for b in ("1", "8"):
+            assert math.isfinite(v["latency_ms"][b]) and v["latency_ms"][b] > 0
+            assert math.isfinite(v["throughput"][b]) and v["throughput"][b] > 0
+        assert Path(v["onnx"]).is_file() and Path(v["engine"]).is_file()
+    assert ok["fp32"]["derived"]["delta"] == 0.0
+    assert ok["ptq-max"]["derived"]["delta"] == pytest.approx(
+        ok["ptq-max"]["metrics"]["top1"] - ok["fp32"]["metrics"]["top1"])
+    assert ok["ptq-max"]["nodes"]["integer"] > 0  # the INT8 engine runs integer kernels
+    assert ok["fp32"]["nodes"]["integer"] == 0
+    # accuracy is the engine's own: compare with top-1 recomputed from the ONNX file
+    assert ok["fp32"]["metrics"]["top1"] > 50.0
+
+
+def test_a_failing_variant_is_reported_and_the_others_run(report):
+    failed = [v for v in report["variants"] if v["status"] != "ok"]
+    assert [v["name"] for v in failed] == ["wrong-size"]
+    assert failed[0]["error"] and report["partial"] is True and report["failed"] == ["wrong-size"]
+
+
+def test_bad_input(tmp_path, run_root):
+    with pytest.raises(CompareError, match="no checkpoints"):
+        compare(CompareConfig(run=str(tmp_path), out=str(tmp_path / "e")), echo=lambda _: None)
+    with pytest.raises(CompareError, match="does not exist"):
+        compare(CompareConfig(run=str(tmp_path / "nope")), echo=lambda _: None)
+    with pytest.raises(CompareError, match="fewer than the largest batch size"):
+        compare(CompareConfig(run=str(run_root), batch_sizes=(1, 100000),
+                              out=str(tmp_path / "e"), export_dir=str(tmp_path / "x")),
+                echo=lambda _: None)
+    with pytest.raises(CompareError, match="not installed"):
+        compare(CompareConfig(run=str(run_root), backend="tensorrt"), echo=lambda _: None)
+    assert not (tmp_path / "e" / "report.json").exists()
+
+
+def test_cli_one_line_error(tmp_path, capsys):
+    from trtqat.cli import main
+
+    assert main(["compare", "--run", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no checkpoints" in err[0]
+
+
+def test_feed_is_real_validation_images(run_root):
+    from trtqat.compare.run import _feed, _load_data
+
+    data = _load_data("digits", 16, 8, 1)
+    feed = _feed(data, 8)
+    assert feed.shape == (8, 3, 16, 16) and np.array_equal(feed, data.val[0][0][:8])

@@ -1,0 +1,47 @@
+"""``trtqat compare``: FP32, FP16, PTQ and QAT engines side by side, accuracy and speed."""
+
+from __future__ import annotations
+
+import argparse
+
+from trtqat.cli.cmd_demo import _sizes
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``trtqat compare`` to the command line."""
+    p = subparsers.add_parser(
+        "compare", help="measure FP32/FP16/PTQ/QAT engines on the same data: accuracy and speed",
+        description="Finds every checkpoint under --run (fp32, ptq-*, qat sub-folders), exports "
+        "and builds what is missing, then measures each engine's top-1/top-5 on the validation "
+        "split and its median latency and throughput with trtexec's measurement model. Writes "
+        "report.md, report.json and report.png into --out. A variant that fails is reported "
+        "with its error; the others still run.",
+        epilog="example:\n  trtqat compare --run runs/demo --batch-sizes 1,32",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", default=None, help="folder holding the fp32/ptq-*/qat run folders")
+    p.add_argument("--onnx", nargs="+", default=(), help="explicit ONNX files to compare too")
+    p.add_argument("--variants", type=lambda s: tuple(s.split(",")), default=(),
+                   help="only these variants, e.g. fp32,qat-int8")
+    p.add_argument("--backend", default="ort", help="ort (default) or tensorrt")
+    p.add_argument("--batch-sizes", type=_sizes, default=(1, 32),
+                   help="latency at the first, throughput at the last (default 1,32)")
+    p.add_argument("--export-dir", default="export", help="where missing ONNX files are written")
+    p.add_argument("--out", default="engines", help="where engines and the report go")
+    p.add_argument("--data", default=None, help="digits, synthetic or an ImageFolder path "
+                   "(default: the FP32 run's)")
+    p.add_argument("--image-size", type=int, default=None, help="default: the FP32 run's")
+    p.add_argument("--duration", type=float, default=3.0, dest="duration_s",
+                   help="seconds of measurement per variant and batch size (trtexec: 3)")
+    p.add_argument("--warmup", type=float, default=200.0, dest="warmup_ms", help="warm-up in ms")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
+    p.add_argument("--fresh", action="store_true", help="re-export and rebuild everything")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``trtqat compare``."""
+    from trtqat.compare.run import CompareConfig, compare
+
+    fields = CompareConfig.__dataclass_fields__
+    report = compare(CompareConfig(**{k: v for k, v in vars(args).items() if k in fields}))
+    return 1 if report.get("partial") else 0

@@ -1,0 +1,226 @@
+"""The comparison report: a terminal table, report.md, report.json and report.png."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class VariantResult:
+    """Everything measured for one variant (one engine)."""
+
+    name: str
+    precision: str
+    source: str = ""
+    onnx: str | None = None
+    engine: str | None = None
+    status: str = "ok"  # "ok" | "failed"
+    error: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # top1, top5, ... (0..100)
+    latency_ms: dict[int, float] = field(default_factory=dict)  # batch -> median latency
+    throughput: dict[int, float] = field(default_factory=dict)  # batch -> images/s
+    nodes: dict[str, int] = field(default_factory=dict)  # integer/float compute node counts
+    providers: list[str] = field(default_factory=list)  # execution providers / backend used
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["latency_ms"] = {str(k): v for k, v in self.latency_ms.items()}
+        d["throughput"] = {str(k): v for k, v in self.throughput.items()}
+        return d
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine the figures were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries that produced the figures."""
+    import numpy
+    import onnx
+    import onnxruntime
+    import torch
+
+    import trtqat
+
+    versions = {"trtqat": trtqat.__version__, "torch": torch.__version__, "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__}
+    try:  # only where TensorRT is installed
+        import importlib.metadata as md
+
+        versions["tensorrt"] = md.version("tensorrt")
+    except Exception:
+        pass
+    return versions
+
+
+def _ref(results: list[VariantResult]) -> VariantResult | None:
+    return next((r for r in results if r.name == "fp32" and r.status == "ok"), None)
+
+
+def _derived(r: VariantResult, ref: VariantResult | None, metric: str) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"delta": None}
+    if ref is not None and r.status == "ok" and metric in r.metrics and metric in ref.metrics:
+        out["delta"] = r.metrics[metric] - ref.metrics[metric]
+    for b, lat in r.latency_ms.items():
+        ref_lat = ref.latency_ms.get(b) if ref else None
+        out[f"speedup@{b}"] = (ref_lat / lat) if ref_lat and lat else None
+    return out
+
+
+def build_report(results: list[VariantResult], *, backend: str, providers: list[str],
+                 batch_sizes: list[int], metric: str, dataset: dict[str, Any],
+                 settings: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document of a comparison."""
+    ref = _ref(results)
+    variants = []
+    for r in results:
+        d = r.to_json()
+        d["derived"] = {k: v for k, v in _derived(r, ref, metric).items()}
+        variants.append(d)
+    failed = [r.name for r in results if r.status != "ok"]
+    return {
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "backend": backend,
+        "providers": providers,
+        "versions": library_versions(),
+        "batch_sizes": batch_sizes,
+        "metric": metric,
+        "dataset": dataset,
+        "settings": settings,
+        "partial": bool(failed) and len(failed) < len(results),
+        "failed": failed,
+        "variants": variants,
+    }
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the comparison table."""
+    metric = report["metric"]
+    bs = report["batch_sizes"]
+    lat_b, thr_b = bs[0], bs[-1]
+    header = ["variant", "precision", metric, f"Δ{metric} vs fp32", f"latency@{lat_b} ms",
+              f"speedup@{lat_b}", f"img/s@{thr_b}", "int/float nodes"]
+    rows = []
+    for v in report["variants"]:
+        if v["status"] != "ok":
+            rows.append([v["name"], v["precision"], "FAILED", (v["error"] or "")[:60], "", "", "", ""])
+            continue
+        d = v["derived"]
+        nodes = v["nodes"]
+        rows.append([
+            v["name"], v["precision"], _fmt(v["metrics"].get(metric), ".2f"),
+            _fmt(d.get("delta"), "+.2f"),
+            _fmt(v["latency_ms"].get(str(lat_b)), ".3f"),
+            _fmt(d.get(f"speedup@{lat_b}"), ".2f") + ("x" if d.get(f"speedup@{lat_b}") else ""),
+            _fmt(v["throughput"].get(str(thr_b)), ".1f"),
+            f"{nodes.get('integer', '-')}/{nodes.get('float', '-')}" if nodes else "-",
+        ])
+    return header, rows
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A plain-text table for the terminal."""
+    header, rows = table_rows(report)
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def format_markdown(report: dict[str, Any]) -> str:
+    """report.md: the table plus the conditions of the measurement."""
+    header, rows = table_rows(report)
+    md = ["# trtqat comparison", ""]
+    if report["partial"]:
+        md += [f"**Partial report**: {', '.join(report['failed'])} failed; the other variants "
+               "were measured.", ""]
+    md += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    m = report["machine"]
+    md += ["", f"- backend: {report['backend']} ({', '.join(report['providers'])})",
+           f"- machine: {m['cpu']}, {m['cores']} cores, {m['platform']}",
+           f"- batch sizes: {', '.join(map(str, report['batch_sizes']))}",
+           f"- dataset: {json.dumps(report['dataset'])}",
+           f"- versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
+           f"- generated: {report['generated']}", ""]
+    for v in report["variants"]:
+        if v["status"] != "ok":
+            md.append(f"- {v['name']} failed: {v['error']}")
+    return "\n".join(md) + "\n"
+
+
+def plot_report(report: dict[str, Any], path: Path) -> None:
+    """report.png: accuracy vs latency scatter and a throughput bar chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = report["metric"]
+    bs = report["batch_sizes"]
+    ok = [v for v in report["variants"] if v["status"] == "ok"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for v in ok:
+        lat = v["latency_ms"].get(str(bs[0]))
+        acc = v["metrics"].get(metric)
+        if lat is not None and acc is not None:
+            ax1.scatter(lat, acc, s=40)
+            ax1.annotate(v["name"], (lat, acc), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax1.set_xlabel(f"median latency, batch {bs[0]} (ms)")
+    ax1.set_ylabel(metric)
+    ax1.set_title("accuracy vs latency")
+    ax1.grid(alpha=0.3)
+    names = [v["name"] for v in ok]
+    thr = [v["throughput"].get(str(bs[-1])) or 0.0 for v in ok]
+    ax2.barh(names, thr, color="tab:blue")
+    ax2.set_xlabel(f"throughput, batch {bs[-1]} (images/s)")
+    ax2.set_title("throughput")
+    ax2.invert_yaxis()
+    fig.suptitle(f"trtqat compare: {report['backend']} on {report['machine']['cpu']}", fontsize=9)
+    fig.tight_layout()
+    _atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(report: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write report.json, report.md and report.png into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}
+    _atomic(paths["json"], lambda f: f.write(json.dumps(report, indent=2).encode()))
+    _atomic(paths["md"], lambda f: f.write(format_markdown(report).encode()))
+    plot_report(report, paths["png"])
+    return paths

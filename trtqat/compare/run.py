@@ -1,0 +1,257 @@
+"""``compare``: build what is missing, then measure every variant on the same data."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtqat.compare.report import VariantResult, build_report, format_table, write_report
+from trtqat.compare.variants import CompareError, Variant, discover, explicit
+from trtqat.errors import TrtqatError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompareConfig:
+    """Options of ``trtqat compare``."""
+
+    run: str | None = None
+    onnx: tuple[str, ...] = ()
+    backend: str = "ort"
+    batch_sizes: tuple[int, ...] = (1, 32)
+    export_dir: str = "export"
+    out: str = "engines"
+    data: str | None = None
+    image_size: int | None = None
+    duration_s: float = 3.0
+    warmup_ms: float = 200.0
+    threads: int | None = None
+    calib_batches: int = 4
+    fresh: bool = False
+    progress: bool = True
+    variants: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.run and not self.onnx:
+            raise CompareError("give a run folder (--run) or ONNX files (--onnx)")
+        self.batch_sizes = tuple(sorted(set(int(b) for b in self.batch_sizes)))
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise CompareError(f"--batch-sizes must be positive integers, got {self.batch_sizes}")
+        if self.duration_s <= 0 or self.warmup_ms < 0:
+            raise CompareError("--duration must be > 0 s and --warmup >= 0 ms")
+        if self.calib_batches < 1:
+            raise CompareError("--calib-batches must be >= 1")
+
+
+@dataclass
+class _Data:
+    val: list[tuple[np.ndarray, np.ndarray]]  # (images, labels) batches
+    calib: list[np.ndarray]
+    num_classes: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _load_data(data: str, image_size: int, batch: int, calib_batches: int) -> _Data:
+    from trtqat.train.data import make_loaders
+
+    train_loader, val_loader, num_classes = make_loaders(data, image_size, batch_size=batch)
+    n_val = len(val_loader.dataset)
+    if n_val < batch:
+        raise CompareError(f"the validation split has {n_val} images, fewer than the largest "
+                           f"batch size {batch}: lower --batch-sizes or use more data")
+    val = [(x.numpy(), y.numpy()) for x, y in val_loader]
+    calib = []
+    for x, _ in train_loader:
+        calib.append(x.numpy())
+        if len(calib) >= calib_batches:
+            break
+    return _Data(val, calib, num_classes,
+                 {"data": data, "image_size": image_size, "val_images": n_val,
+                  "num_classes": num_classes, "calib_batches": len(calib)})
+
+
+def _export(variant: Variant, path: Path, data: _Data) -> None:
+    """Export ``variant`` from its checkpoint to ``path`` (validated by the exporter)."""
+    import torch
+
+    from trtqat.export import export_onnx
+    from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
+
+    ckpt = load_checkpoint(variant.checkpoint)
+    model = build_from_checkpoint(ckpt, quantized=variant.export_variant in ("int8", "int8-fp16"))
+    model.eval()
+    example = torch.from_numpy(data.val[0][0][:2])
+    validation = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data.val]
+    export_onnx(model, example, path, variant=variant.export_variant, dynamic_batch=True,
+                validation_data=validation)
+
+
+def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareConfig,
+           data: _Data, input_name: str, sample_shape: Sequence[int]):
+    from trtqat.engines import build_engine, load_engine
+
+    if engine_path.is_file() and not cfg.fresh and engine_path.stat().st_mtime >= onnx_path.stat().st_mtime:
+        return load_engine(engine_path)
+    big = max(cfg.batch_sizes)
+    kwargs: dict[str, Any] = {
+        "min_shapes": {input_name: (1, *sample_shape)},
+        "opt_shapes": {input_name: (big, *sample_shape)},
+        "max_shapes": {input_name: (big, *sample_shape)},
+        "threads": cfg.threads,
+    }
+    if cfg.backend == "ort" and variant.precision.startswith("int8"):
+        kwargs["ort_prepare"] = "qdq"
+        kwargs["calib_feeds"] = [{input_name: x} for x in data.calib]
+    engine = build_engine(onnx_path, cfg.backend, **kwargs)
+    engine.save(engine_path)
+    return engine
+
+
+def _accuracy(runner, data: _Data, input_name: str) -> dict[str, float]:
+    correct1 = correct5 = total = 0
+    k = min(5, data.num_classes)
+    for x, y in data.val:
+        logits = next(iter(runner.infer({input_name: x}).values())).astype(np.float32)
+        top = np.argsort(-logits, axis=1)[:, :k]
+        correct1 += int((top[:, 0] == y).sum())
+        correct5 += int((top == y[:, None]).any(axis=1).sum())
+        total += len(y)
+    metrics = {"top1": 100.0 * correct1 / total}
+    if data.num_classes > 5:
+        metrics["top5"] = 100.0 * correct5 / total
+    return metrics
+
+
+def _feed(data: _Data, batch: int) -> np.ndarray:
+    images = np.concatenate([x for x, _ in data.val])
+    return np.ascontiguousarray(images[:batch])
+
+
+def _node_counts(engine) -> dict[str, int]:
+    if engine.backend != "ort":
+        return {}
+    import onnx
+
+    from trtqat.engines.ort_qdq import count_compute_nodes
+
+    counts = count_compute_nodes(onnx.load_model_from_string(engine.payload))
+    return {"integer": int(counts["integer_total"]), "float": int(counts["float_total"])}
+
+
+def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> VariantResult:
+    """Export (if needed), build (if needed), then measure accuracy and speed of one variant."""
+    from trtqat.engines import BenchmarkSettings
+    from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
+
+    result = VariantResult(variant.name, variant.precision,
+                           source=str(variant.checkpoint or variant.onnx))
+    arch = _arch_of(variant)
+    onnx_path = variant.onnx or Path(cfg.export_dir) / f"{arch}-{variant.name}.onnx"
+    if variant.name in ("qat-int8-fp16",):
+        onnx_path = Path(cfg.export_dir) / f"{arch}-qat-int8-fp16.onnx"
+    engine_path = Path(cfg.out) / f"{onnx_path.stem}.{cfg.backend}.engine"
+    result.onnx, result.engine = str(onnx_path), str(engine_path)
+    if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
+        _export(variant, onnx_path, data)
+    name = onnx_input_specs(load_onnx(onnx_path))[0].name
+    engine = _build(variant, onnx_path, engine_path, cfg, data, name, data.val[0][0].shape[1:])
+    result.nodes = _node_counts(engine)
+    result.providers = list(engine.header.get("providers") or [cfg.backend])
+    with engine.runner(**({"threads": cfg.threads} if cfg.backend == "ort" else {})) as runner:
+        result.metrics = _accuracy(runner, data, name)
+        for b in cfg.batch_sizes:
+            settings = BenchmarkSettings(warmup_ms=cfg.warmup_ms, duration_s=cfg.duration_s, batch=b)
+            bench = runner.benchmark({name: _feed(data, b)}, settings)
+            result.latency_ms[b] = float(bench.stats("latency_ms").median)
+            result.throughput[b] = float(bench.throughput_qps)
+    return result
+
+
+def _arch_of(variant: Variant) -> str:
+    if variant.checkpoint is None:
+        return "model"
+    from trtqat.train.checkpoint import load_checkpoint
+
+    return str(load_checkpoint(variant.checkpoint)["model"]["arch"])
+
+
+def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure every variant; write report.json/md/png into ``cfg.out``; return the report.
+
+    A variant that fails is reported with its error and the others still run; when every
+    variant fails no report is written and :class:`CompareError` is raised.
+    """
+    from trtqat.engines.registry import canonical_backend
+
+    backend = canonical_backend(cfg.backend)
+    _require_backend(backend)
+    cfg.backend = backend
+    if cfg.run:
+        variants, settings = discover(cfg.run)
+    else:
+        variants, settings = [], {}
+    variants += explicit(list(cfg.onnx))
+    if cfg.variants:
+        unknown = set(cfg.variants) - {v.name for v in variants}
+        if unknown:
+            raise CompareError(f"no variant named {', '.join(sorted(unknown))}; available: "
+                               f"{', '.join(v.name for v in variants)}")
+        variants = [v for v in variants if v.name in cfg.variants]
+    data_name = cfg.data or settings.get("data") or "digits"
+    image_size = cfg.image_size or settings.get("image_size")
+    if not image_size:
+        raise CompareError("cannot tell the image size: pass --image-size")
+    data = _load_data(data_name, int(image_size), max(cfg.batch_sizes), cfg.calib_batches)
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    Path(cfg.export_dir).mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, v in enumerate(variants, 1):
+        echo(f"[{i}/{len(variants)}] {v.name} ({v.precision}): export, build, measure ...")
+        t0 = time.perf_counter()
+        try:
+            r = measure_variant(v, cfg, data)
+        except TrtqatError as exc:
+            r = VariantResult(v.name, v.precision, source=str(v.checkpoint or v.onnx),
+                              status="failed", error=str(exc).splitlines()[0])
+        except Exception as exc:  # a backend crash must not lose the other variants
+            log.debug("variant %s failed", v.name, exc_info=True)
+            r = VariantResult(v.name, v.precision, source=str(v.checkpoint or v.onnx),
+                              status="failed", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        results.append(r)
+        status = "ok" if r.status == "ok" else f"FAILED: {r.error}"
+        echo(f"      {status} ({time.perf_counter() - t0:.1f}s)")
+    if all(r.status != "ok" for r in results):
+        raise CompareError("every variant failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
+    metric = "top1"
+    providers = sorted({p for r in results for p in getattr(r, "providers", [])}) or [backend]
+    report = build_report(results, backend=backend, providers=providers,
+                          batch_sizes=list(cfg.batch_sizes), metric=metric, dataset=data.info,
+                          settings={"duration_s": cfg.duration_s, "warmup_ms": cfg.warmup_ms,
+                                    "threads": cfg.threads, "run": cfg.run,
+                                    "measurement": "trtexec model: median latency, "
+                                    "throughput = batch x queries / walltime"})
+    paths = write_report(report, cfg.out)
+    report["files"] = {k: str(v) for k, v in paths.items()}
+    echo("")
+    echo(format_table(report))
+    echo("")
+    echo(f"report: {paths['md']}  {paths['json']}  {paths['png']}")
+    if report["partial"]:
+        echo(f"PARTIAL: {', '.join(report['failed'])} failed (see report.md)")
+    return report
+
+
+def _require_backend(backend: str) -> None:
+    if backend == "tensorrt":
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            raise CompareError("backend 'tensorrt' is not installed: pip install 'trtqat[tensorrt]' "
+                               "on a machine with an NVIDIA GPU, or use --backend ort") from None

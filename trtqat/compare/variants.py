@@ -1,0 +1,104 @@
+"""Which variants a comparison measures, found from a run folder's checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtqat.errors import TrtqatError
+
+# Display order of the report.
+ORDER = ("fp32", "fp16", "ptq-max", "ptq-percentile-99.9", "ptq-percentile-99.99", "ptq-mse",
+         "ptq-entropy", "qat-int8", "qat-int8-fp16")
+
+
+class CompareError(TrtqatError, RuntimeError):
+    """A comparison cannot start (no checkpoints, too little data, ...)."""
+
+
+@dataclass
+class Variant:
+    """One engine to build and measure."""
+
+    name: str  # e.g. "ptq-entropy"
+    precision: str  # fp32 | fp16 | int8 | int8+fp16
+    export_variant: str | None  # fp32 | fp16 | int8 | int8-fp16 (None: an explicit ONNX)
+    checkpoint: Path | None = None
+    onnx: Path | None = None
+    stage: str = ""
+
+    def sort_key(self) -> tuple[int, str]:
+        return (ORDER.index(self.name) if self.name in ORDER else len(ORDER), self.name)
+
+
+def ptq_name(calib: dict[str, Any]) -> str:
+    """``ptq-<method>`` (``ptq-percentile-99.99`` for percentile calibration)."""
+    method = calib.get("method", "max")
+    if method == "percentile":
+        return f"ptq-percentile-{float(calib.get('percentile', 99.99)):g}"
+    return f"ptq-{method}"
+
+
+def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
+    """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8+fp16)."""
+    stage = ckpt.get("stage", "fp32")
+    if stage == "fp32":
+        return [Variant("fp32", "fp32", "fp32", path, stage=stage),
+                Variant("fp16", "fp16", "fp16", path, stage=stage)]
+    if stage == "ptq":
+        return [Variant(ptq_name(ckpt.get("calib") or {}), "int8", "int8", path, stage=stage)]
+    if stage == "qat":
+        return [Variant("qat-int8", "int8", "int8", path, stage=stage),
+                Variant("qat-int8-fp16", "int8+fp16", "int8-fp16", path, stage=stage)]
+    return []
+
+
+def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
+    """Variants of every ``best.pt`` in ``run_dir`` and its sub-folders.
+
+    Returns them in report order, and the FP32 checkpoint's data settings
+    (data, image_size, arch) that the comparison measures on.
+    """
+    from trtqat.train.checkpoint import load_checkpoint
+
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise CompareError(f"run folder {root} does not exist: run `trtqat demo` or pass the "
+                           "folder that holds your fp32/ptq/qat runs")
+    paths = sorted(p for p in [root / "best.pt", *root.glob("*/best.pt")] if p.is_file())
+    found: dict[str, Variant] = {}
+    settings: dict[str, Any] = {}
+    for path in paths:
+        ckpt = load_checkpoint(path)
+        for v in variants_of_checkpoint(path, ckpt):
+            found.setdefault(v.name, v)
+        spec, args = ckpt.get("model", {}), ckpt.get("args") or {}
+        settings.setdefault("arch", spec.get("arch"))
+        settings.setdefault("data", args.get("data", "digits"))
+        settings.setdefault("image_size", spec.get("image_size") or args.get("image_size"))
+    if not found:
+        raise CompareError(f"{root} holds no checkpoints (best.pt): run `trtqat train`, "
+                           "`calibrate` and `qat` into its sub-folders first, or pass --onnx files")
+    return sorted(found.values(), key=Variant.sort_key), settings
+
+
+def explicit(paths: list[str]) -> list[Variant]:
+    """Variants for ONNX files given by the user (precision read from the graph)."""
+    import onnx
+
+    out = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise CompareError(f"{path} does not exist: pass exported ONNX files (trtqat export)")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception:
+            raise CompareError(f"{path} is not an ONNX model: pass a file written by trtqat export") from None
+        ops = {n.op_type for n in model.graph.node}
+        fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+        int8 = "QuantizeLinear" in ops or "DequantizeLinear" in ops
+        precision = ("int8+fp16" if fp16 else "int8") if int8 else ("fp16" if fp16 else "fp32")
+        out.append(Variant(path.stem, precision, None, onnx=path))
+    return out

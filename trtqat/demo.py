@@ -1,0 +1,117 @@
+"""``demo``: the whole pipeline on the bundled digits data, end to end.
+
+FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model -> export of every
+variant -> engines -> benchmark -> report. Stages whose results exist are reused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtqat.compare.run import CompareConfig, compare
+from trtqat.errors import TrtqatError
+
+# (method, percentile) of every PTQ baseline
+CALIBRATORS: tuple[tuple[str, float | None], ...] = (
+    ("max", None), ("percentile", 99.9), ("percentile", 99.99), ("mse", None), ("entropy", None))
+
+
+@dataclass
+class DemoConfig:
+    """Options of ``trtqat demo``."""
+
+    model: str = "resnet18"
+    data: str = "digits"
+    image_size: int = 32
+    epochs: int = 15
+    calib_batches: int = 8
+    qat_epochs: int | None = None
+    runs: str = "runs/demo"
+    export_dir: str = "export"
+    out: str = "engines"
+    backend: str = "ort"
+    batch_sizes: tuple[int, ...] = (1, 32)
+    duration_s: float = 1.0
+    threads: int | None = None
+    fresh: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.calib_batches < 1 or self.image_size < 8:
+            raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
+
+
+def _stage_dir(root: Path, method: str, percentile: float | None) -> Path:
+    return root / (f"ptq-{method}-{percentile:g}" if percentile is not None else f"ptq-{method}")
+
+
+def _done(run: Path) -> bool:
+    return (run / "best.pt").is_file() and (run / "last.pt").is_file()
+
+
+def _fp32_complete(run: Path, epochs: int) -> bool:
+    if not _done(run):
+        return False
+    from trtqat.train.checkpoint import load_checkpoint
+
+    return int(load_checkpoint(run / "last.pt").get("epoch", -1)) + 1 >= epochs
+
+
+def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the demo pipeline; returns the comparison report."""
+    from trtqat.train.fp32 import TrainConfig, train_fp32
+    from trtqat.train.ptq import CalibrateConfig, calibrate
+    from trtqat.train.qat import QATConfig, qat_finetune
+
+    t_start = time.perf_counter()
+    root = Path(cfg.runs)
+    fp32 = root / "fp32"
+    common = {"progress": cfg.progress}
+
+    echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {cfg.image_size}x{cfg.image_size}, "
+         f"{cfg.epochs} epochs -> {fp32}")
+    if not cfg.fresh and _fp32_complete(fp32, cfg.epochs):
+        echo("      reusing the finished run (--fresh to redo)")
+    else:
+        resume = not cfg.fresh and (fp32 / "last.pt").is_file()
+        train_fp32(TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
+                               epochs=cfg.epochs, out=str(fp32), resume=resume, overwrite=not resume, **common))
+
+    echo(f"[2/4] PTQ: {len(CALIBRATORS)} calibrators on {cfg.calib_batches} batches each")
+    ptq_results: dict[Path, float] = {}
+    for method, pct in CALIBRATORS:
+        out = _stage_dir(root, method, pct)
+        label = f"{method} {pct:g}" if pct is not None else method
+        if not cfg.fresh and _done(out):
+            from trtqat.train.checkpoint import load_checkpoint
+
+            ptq_results[out] = float(load_checkpoint(out / "best.pt").get("best_top1", -1))
+            echo(f"      {label}: reusing {out} (top-1 {ptq_results[out]:.2f}%)")
+            continue
+        res = calibrate(CalibrateConfig(checkpoint=str(fp32 / "best.pt"), out=str(out),
+                                        method=method, percentile=pct or 99.99,
+                                        num_batches=cfg.calib_batches, overwrite=True, **common))
+        ptq_results[out] = float(res["best_top1"])
+        echo(f"      {label}: top-1 {ptq_results[out]:.2f}%")
+
+    best_ptq = max(ptq_results, key=ptq_results.get)
+    qat = root / "qat"
+    echo(f"[3/4] QAT fine-tuning from the best PTQ model ({best_ptq.name}) -> {qat}")
+    if not cfg.fresh and _done(qat):
+        echo("      reusing the finished run (--fresh to redo)")
+    else:
+        qat_finetune(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
+                               epochs=cfg.qat_epochs, overwrite=True, **common))
+
+    echo(f"[4/4] export every variant to {cfg.export_dir}/, build {cfg.backend} engines, "
+         f"benchmark and compare -> {cfg.out}/")
+    report = compare(CompareConfig(run=str(root), backend=cfg.backend,
+                                   batch_sizes=cfg.batch_sizes, export_dir=cfg.export_dir,
+                                   out=cfg.out, duration_s=cfg.duration_s, threads=cfg.threads,
+                                   fresh=cfg.fresh, progress=cfg.progress), echo=echo)
+    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
+    return report
