@@ -353,3 +353,14 @@ def test_exec_calib_inputs_file(tmp_path):
     (tmp_path / "bad.npz").write_text("not a zip")
     with pytest.raises(OptionsError, match="--calibInputs"):
         load_calib_inputs(str(tmp_path / "bad.npz"))
+
+
+def test_int8_fp16_graph_is_left_as_it_is(tiny):
+    from onnx import numpy_helper
+
+    fp16 = copy.deepcopy(tiny)
+    first = fp16.graph.initializer[0]
+    fp16.graph.initializer.append(numpy_helper.from_array(
+        numpy_helper.to_array(first).astype(np.float16), "fp16_const"))
+    out, report = reencode_for_cpu(fp16, None, count_nodes=False)
+    assert out is fp16 and not report["rewritten"] and "float16" in report["reason"]

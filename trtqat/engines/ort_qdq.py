@@ -226,6 +226,15 @@ def is_tensorrt_qdq(model: onnx.ModelProto) -> bool:
     return False
 
 
+def has_float16(model: onnx.ModelProto) -> bool:
+    """True when ``model`` holds float16 initializers or casts to float16."""
+    fp16 = onnx.TensorProto.FLOAT16
+    if any(t.data_type == fp16 for t in model.graph.initializer):
+        return True
+    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == fp16 for a in n.attribute)
+               for n in model.graph.node)
+
+
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
                      min_top1: float = 0.99, unify: bool = True, threads: int = 2,
                      count_nodes: bool = True) -> tuple[onnx.ModelProto, dict[str, Any]]:
@@ -243,6 +252,10 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     report: dict[str, Any] = {"rewritten": False}
     if not is_tensorrt_qdq(model):
         report["reason"] = "no int8 activation QuantizeLinear: not a TensorRT-style Q/DQ graph"
+        return model, report
+    if has_float16(model):
+        # ORT's CPU integer fusions take float32 Q/DQ only; an INT8+FP16 graph runs as it is.
+        report["reason"] = "float16 tensors (INT8+FP16 variant): ORT's CPU integer kernels need float32"
         return model, report
     feeds = list(calib_feeds) if calib_feeds else []
     g = Graph(copy.deepcopy(model))
