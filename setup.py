@@ -3,8 +3,67 @@
 Installed with ``pip install --no-build-isolation .`` (as the Makefile does) the kernel is
 built against the torch in the environment. Without a compiler or torch at build time the
 package installs without it and falls back to the pure-PyTorch kernels.
+
+``TRTQAT_NO_EXT=1`` skips the kernel; ``TRTQAT_EXT_REQUIRED=1`` turns a failed build into an
+error instead of a warning.
 """
+
+from __future__ import annotations
+
+import os
+import warnings
 
 from setuptools import setup
 
-setup()
+_SOURCE = "trtqat/quant/csrc/fake_quant.cpp"  # relative to this file, as setuptools wants
+_NAME = "trtqat._C"
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _skip(reason: str) -> dict:
+    if _flag("TRTQAT_EXT_REQUIRED"):
+        raise RuntimeError(f"trtqat: cannot build the fake-quant kernel: {reason}")
+    warnings.warn(
+        f"trtqat: building without the compiled fake-quant kernel ({reason}); the "
+        "pure-PyTorch kernels will be used",
+        stacklevel=2,
+    )
+    return {}
+
+
+def _extension_kwargs() -> dict:
+    if _flag("TRTQAT_NO_EXT"):
+        return {}
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.exists(os.path.join(here, _SOURCE)):
+        return _skip(f"{_SOURCE} is missing")
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except Exception as exc:  # no torch at build time (e.g. an isolated build)
+        return _skip(f"torch is not importable at build time: {exc}")
+
+    class OptionalBuildExt(BuildExtension):
+        """A failed compile warns and leaves the package usable (pure-PyTorch fallback)."""
+
+        def run(self) -> None:
+            try:
+                super().run()
+            except Exception as exc:
+                _skip(f"{type(exc).__name__}: {exc}")
+
+        def build_extension(self, ext) -> None:
+            try:
+                super().build_extension(ext)
+            except Exception as exc:
+                _skip(f"{type(exc).__name__}: {exc}")
+
+    # -O3 auto-vectorises the element loops; the kernel picks AVX-512/AVX2 at run time itself
+    # (GCC target_clones), so no -march flag. Threads come from torch's pool (at::parallel_for).
+    ext = CppExtension(_NAME, [_SOURCE], extra_compile_args=["-O3", "-fno-math-errno", "-g0"])
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": OptionalBuildExt}}
+
+
+setup(**_extension_kwargs())

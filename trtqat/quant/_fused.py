@@ -28,7 +28,7 @@ def fake_quant_forward(
 ) -> tuple[torch.Tensor, bool | None]:
     """Fake-quantize ``x``; also say whether any element was clipped (None: unknown)."""
     scale = scale_of(amax, qmax)
-    q = torch.round(x.float() / scale).clamp_(qmin, qmax)
+    q = (x.float() / scale).round_().clamp_(qmin, qmax)  # one new tensor, updated in place
     return q.mul_(scale).to(x.dtype), None
 
 
@@ -36,7 +36,7 @@ def fake_quant_grad_input(
     grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
 ) -> torch.Tensor:
     """``grad`` where ``x`` was not clipped, 0 elsewhere."""
-    q = torch.round(x.float() / scale_of(amax, qmax))
+    q = (x.float() / scale_of(amax, qmax)).round_()
     return grad * ((q >= qmin) & (q <= qmax)).to(grad.dtype)
 
 

@@ -1,0 +1,389 @@
+// Fused fake-quant CPU kernels for trtqat (built as the Python module ``trtqat._C``).
+//
+// Exactly the arithmetic of the pure-PyTorch reference (trtqat/quant/_fused.py), in float32:
+//
+//   scale = max(amax / qmax, FLT_MIN)
+//   y     = clamp(round_half_even(x / scale), qmin, qmax) * scale
+//   mask  = qmin <= round_half_even(x / scale) <= qmax
+//
+// * forward: ONE pass that writes y and reduces "was any element clipped" (no mask tensor).
+// * grad_input: ONE pass that recomputes the mask from x and writes grad * mask.
+//
+// Rounding: since qmin/qmax are integers and rounding is monotone,
+// clamp(round(v), a, b) == round(clamp(v, a, b)). After clamping to [qmin - 1, qmax + 1]
+// (|v| <= 2^16 + 1 < 2^22) the magic-number trick (v + 1.5*2^23) - 1.5*2^23 rounds half to
+// even in the default rounding mode and vectorises; NaN stays NaN through the ternary clamps.
+// The division is kept (x * (1/scale) would differ in the last bit and move ties).
+//
+// Accepted inputs (anything else returns None and the caller uses the PyTorch path):
+// plain float32 CPU tensors; x contiguous (or, per tensor, any dense layout); amax float32 CPU
+// with one element (per tensor) or keep-dim broadcastable to x with a single non-1 dim equal
+// to x's size there (per channel along one axis); grad float32 with x's layout.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+// Runtime dispatch to the widest vector ISA the CPU has (GCC ifunc), no -march needed.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(TRTQAT_NO_CLONES)
+#define TRTQAT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRTQAT_CLONES
+#endif
+
+namespace {
+
+constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+constexpr int64_t kGrain = 1 << 16;    // elements per parallel task (smaller: one thread)
+
+// ----------------------------------------------------------------- element loops
+// One scale for the whole run. Returns nonzero if any element was clipped (or NaN).
+TRTQAT_CLONES
+int fq_fwd_scalar(const float* __restrict x, float* __restrict y, int64_t n, float s, float lo,
+                  float hi) {
+  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
+  int clipped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / s;
+    float w = v < lo1 ? lo1 : v;
+    w = w > hi1 ? hi1 : w;
+    const float r = (w + kMagic) - kMagic;
+    clipped |= !((r >= lo) & (r <= hi));
+    float q = r < lo ? lo : r;
+    q = q > hi ? hi : q;
+    y[i] = q * s;
+  }
+  return clipped;
+}
+
+// One scale per element (the channel is the innermost dimension): s[i] goes with x[i].
+TRTQAT_CLONES
+int fq_fwd_vector(const float* __restrict x, float* __restrict y, int64_t n,
+                  const float* __restrict s, float lo, float hi) {
+  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
+  int clipped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float si = s[i];
+    const float v = x[i] / si;
+    float w = v < lo1 ? lo1 : v;
+    w = w > hi1 ? hi1 : w;
+    const float r = (w + kMagic) - kMagic;
+    clipped |= !((r >= lo) & (r <= hi));
+    float q = r < lo ? lo : r;
+    q = q > hi ? hi : q;
+    y[i] = q * si;
+  }
+  return clipped;
+}
+
+TRTQAT_CLONES
+void fq_bwd_scalar(const float* __restrict g, const float* __restrict x, float* __restrict out,
+                   int64_t n, float s, float lo, float hi) {
+  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / s;
+    float w = v < lo1 ? lo1 : v;
+    w = w > hi1 ? hi1 : w;
+    const float r = (w + kMagic) - kMagic;
+    const float m = ((r >= lo) & (r <= hi)) ? 1.0f : 0.0f;
+    out[i] = g[i] * m;
+  }
+}
+
+TRTQAT_CLONES
+void fq_bwd_vector(const float* __restrict g, const float* __restrict x, float* __restrict out,
+                   int64_t n, const float* __restrict s, float lo, float hi) {
+  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / s[i];
+    float w = v < lo1 ? lo1 : v;
+    w = w > hi1 ? hi1 : w;
+    const float r = (w + kMagic) - kMagic;
+    const float m = ((r >= lo) & (r <= hi)) ? 1.0f : 0.0f;
+    out[i] = g[i] * m;
+  }
+}
+
+// ----------------------------------------------------------------- layout
+struct Layout {
+  bool ok = false;
+  int64_t outer = 1, channels = 1, inner = 1;  // x viewed as (outer, channels, inner)
+};
+
+// A plain dense float32 CPU tensor with memory behind it: no tensor subclass (FakeTensor,
+// DTensor, ...), functorch wrapper, lazy conj/neg bit or other dispatch layer.
+bool is_cpu_f32(const at::Tensor& t) {
+  static const c10::DispatchKeySet kExotic({c10::DispatchKey::Python,
+                                            c10::DispatchKey::PythonTLSSnapshot,
+                                            c10::DispatchKey::Functionalize,
+                                            c10::DispatchKey::FuncTorchBatched,
+                                            c10::DispatchKey::FuncTorchGradWrapper,
+                                            c10::DispatchKey::Conjugate,
+                                            c10::DispatchKey::Negative,
+                                            c10::DispatchKey::ZeroTensor});
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+         t.layout() == at::kStrided && !t.key_set().has_any(kExotic) && t.has_storage() &&
+         (t.numel() == 0 || t.const_data_ptr() != nullptr);
+}
+
+// How x and amax line up; ok=false when the kernel does not handle the combination.
+Layout layout_of(const at::Tensor& x, const at::Tensor& amax) {
+  Layout L;
+  if (!is_cpu_f32(x) || !is_cpu_f32(amax)) return L;
+  const int64_t xd = x.dim(), ad = amax.dim();
+  if (ad > xd) return L;  // broadcasting would grow the result
+  if (amax.numel() == 1) {
+    // per tensor: any dense layout is processed as its flat storage
+    if (!x.is_contiguous() && !x.is_non_overlapping_and_dense()) return L;
+    L.inner = x.numel();
+    L.ok = true;
+    return L;
+  }
+  if (!x.is_contiguous() || !amax.is_contiguous()) return L;
+  int64_t axis = -1;
+  for (int64_t d = 0; d < ad; ++d) {
+    const int64_t size = amax.size(d);
+    if (size == 1) continue;
+    if (axis >= 0) return L;  // more than one channel axis
+    axis = d + (xd - ad);
+    if (size != x.size(axis)) return L;
+  }
+  if (axis < 0) return L;
+  for (int64_t d = 0; d < axis; ++d) L.outer *= x.size(d);
+  L.channels = x.size(axis);
+  for (int64_t d = axis + 1; d < xd; ++d) L.inner *= x.size(d);
+  L.ok = true;
+  return L;
+}
+
+// scale = max(amax / qmax, FLT_MIN) as torch computes it (true division in float32,
+// NaN propagates through the clamp)
+std::vector<float> scales_of(const at::Tensor& amax, int64_t qmax) {
+  const float* a = amax.data_ptr<float>();
+  const int64_t n = amax.numel();
+  std::vector<float> s(static_cast<size_t>(n));
+  const float q = static_cast<float>(qmax);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = a[i] / q;
+    s[static_cast<size_t>(i)] = v < FLT_MIN ? FLT_MIN : v;
+  }
+  return s;
+}
+
+bool bounds_ok(int64_t qmin, int64_t qmax) {
+  // the magic-number rounding needs |qmin - 1|, |qmax + 1| well below 2^22
+  return qmax > 0 && qmin <= qmax && qmin > -(1 << 20) && qmax < (1 << 20);
+}
+
+// Visits x's elements [begin, end) as runs sharing a scale (inner > 1) or as runs over the
+// channel dimension (inner == 1).
+template <typename ScalarFn, typename VectorFn>
+void for_each_run(const Layout& L, const float* scales, int64_t begin, int64_t end,
+                  ScalarFn&& scalar_fn, VectorFn&& vector_fn) {
+  if (L.channels == 1) {
+    scalar_fn(begin, end - begin, scales[0]);
+    return;
+  }
+  if (L.inner == 1) {
+    int64_t i = begin;
+    while (i < end) {
+      const int64_t c = i % L.channels;
+      const int64_t n = std::min(end - i, L.channels - c);
+      vector_fn(i, n, scales + c);
+      i += n;
+    }
+    return;
+  }
+  int64_t i = begin;
+  while (i < end) {
+    const int64_t row = i / L.inner;
+    const int64_t n = std::min(end, (row + 1) * L.inner) - i;
+    scalar_fn(i, n, scales[row % L.channels]);
+    i += n;
+  }
+}
+
+// ----------------------------------------------------------------- output pool
+// The outputs of a training step (fake-quantized weights and activations, masked gradients)
+// have the same sizes every step. Allocated afresh, glibc hands the large ones back to the
+// OS when the step frees them (heap trimming) and page-faults them in again next step, which
+// costs more than the kernels themselves. The pool keeps the storages it handed out and
+// reuses one only once nothing else references it (no tensor, view, Python object or weak
+// reference): the caller cannot tell a reused buffer from a new one.
+class OutputPool {
+ public:
+  static OutputPool& get() {
+    static OutputPool* pool = new OutputPool();  // leaked on purpose: no exit-order issues
+    return *pool;
+  }
+
+  // A float32 CPU tensor with x's sizes and strides (x dense, non-overlapping).
+  at::Tensor empty_like(const at::Tensor& x) {
+    const int64_t nbytes = x.numel() * static_cast<int64_t>(sizeof(float));
+    if (nbytes < kMinBytes || cap_bytes_ <= 0) return at::empty_like(x);
+    c10::intrusive_ptr<c10::StorageImpl> found;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& list = free_[nbytes];
+      for (auto it = list.begin(); it != list.end();) {
+        auto& impl = *it;
+        if (impl.use_count() == 1 && impl.weak_use_count() == 1) {
+          if (static_cast<int64_t>(impl->nbytes()) == nbytes && impl->data() != nullptr) {
+            found = impl;
+            break;
+          }
+          held_bytes_ -= nbytes;  // resized by someone (e.g. storage().resize_(0)): drop it
+          it = list.erase(it);
+          continue;
+        }
+        ++it;
+      }
+      if (!found && held_bytes_ + nbytes <= cap_bytes_) {
+        at::Tensor fresh = at::empty_like(x);
+        list.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+            fresh.storage().unsafeGetStorageImpl()));
+        held_bytes_ += nbytes;
+        return fresh;
+      }
+    }
+    if (!found) return at::empty_like(x);
+    at::Tensor out = at::empty({0}, x.options());
+    out.set_(c10::Storage(std::move(found)), 0, x.sizes(), x.strides());
+    return out;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.clear();
+    held_bytes_ = 0;
+  }
+
+  py::dict stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t buffers = 0, in_use = 0;
+    for (auto& kv : free_) {
+      for (auto& impl : kv.second) {
+        ++buffers;
+        if (impl.use_count() > 1) ++in_use;
+      }
+    }
+    py::dict d;
+    d["held_bytes"] = held_bytes_;
+    d["cap_bytes"] = cap_bytes_;
+    d["buffers"] = buffers;
+    d["in_use"] = in_use;
+    return d;
+  }
+
+  void set_cap(int64_t cap_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap_bytes_ = cap_bytes;
+    if (cap_bytes_ <= 0) {
+      free_.clear();
+      held_bytes_ = 0;
+    }
+  }
+
+ private:
+  OutputPool() {
+    const char* env = std::getenv("TRTQAT_POOL_MB");
+    if (env != nullptr && *env != '\0') cap_bytes_ = std::atoll(env) * (int64_t{1} << 20);
+  }
+
+  static constexpr int64_t kMinBytes = int64_t{1} << 16;  // small ones: malloc does fine
+  std::mutex mu_;
+  std::unordered_map<int64_t, std::vector<c10::intrusive_ptr<c10::StorageImpl>>> free_;
+  int64_t held_bytes_ = 0;
+  int64_t cap_bytes_ = int64_t{2} << 30;  // 2 GiB unless TRTQAT_POOL_MB says otherwise
+};
+
+// ----------------------------------------------------------------- ops
+py::object forward(const at::Tensor& x, const at::Tensor& amax, int64_t qmin, int64_t qmax) {
+  if (!bounds_ok(qmin, qmax)) return py::none();
+  const Layout L = layout_of(x, amax);
+  if (!L.ok) return py::none();
+  at::Tensor y = OutputPool::get().empty_like(x);
+  const int64_t n = x.numel();
+  bool clipped = false;
+  {
+    py::gil_scoped_release no_gil;
+    const std::vector<float> scales = scales_of(amax, qmax);
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+    std::atomic<int> any{0};
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+      int c = 0;
+      for_each_run(
+          L, scales.data(), begin, end,
+          [&](int64_t i, int64_t len, float s) { c |= fq_fwd_scalar(xp + i, yp + i, len, s, lo, hi); },
+          [&](int64_t i, int64_t len, const float* s) {
+            c |= fq_fwd_vector(xp + i, yp + i, len, s, lo, hi);
+          });
+      if (c) any.store(1, std::memory_order_relaxed);
+    });
+    clipped = any.load() != 0;
+  }
+  return py::make_tuple(y, clipped);
+}
+
+py::object grad_input(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& amax,
+                      int64_t qmin, int64_t qmax) {
+  if (!bounds_ok(qmin, qmax)) return py::none();
+  const Layout L = layout_of(x, amax);
+  if (!L.ok || !is_cpu_f32(grad) || grad.sizes() != x.sizes() ||
+      grad.strides() != x.strides())
+    return py::none();
+  at::Tensor out = OutputPool::get().empty_like(x);
+  const int64_t n = x.numel();
+  {
+    py::gil_scoped_release no_gil;
+    const std::vector<float> scales = scales_of(amax, qmax);
+    const float* xp = x.data_ptr<float>();
+    const float* gp = grad.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+      for_each_run(
+          L, scales.data(), begin, end,
+          [&](int64_t i, int64_t len, float s) { fq_bwd_scalar(gp + i, xp + i, op + i, len, s, lo, hi); },
+          [&](int64_t i, int64_t len, const float* s) {
+            fq_bwd_vector(gp + i, xp + i, op + i, len, s, lo, hi);
+          });
+    });
+  }
+  return py::cast(out);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "trtqat fused fake-quant CPU kernels (float32; None when the inputs do not qualify)";
+  m.def("fake_quant_forward", &forward, py::arg("x"), py::arg("amax"), py::arg("qmin"),
+        py::arg("qmax"),
+        "(y, clipped) for float32 CPU x and per-tensor / single-axis amax, else None");
+  m.def("fake_quant_grad_input", &grad_input, py::arg("grad"), py::arg("x"), py::arg("amax"),
+        py::arg("qmin"), py::arg("qmax"),
+        "grad where x was not clipped, 0 elsewhere; None when the inputs do not qualify");
+  m.def("empty_cache", [] { OutputPool::get().clear(); },
+        "release the output buffers the kernels keep for reuse");
+  m.def("pool_stats", [] { return OutputPool::get().stats(); },
+        "{held_bytes, cap_bytes, buffers, in_use} of the output pool");
+  m.def("set_pool_limit", [](int64_t cap_bytes) { OutputPool::get().set_cap(cap_bytes); },
+        py::arg("cap_bytes"), "most bytes the output pool keeps (<= 0 disables it)");
+}
