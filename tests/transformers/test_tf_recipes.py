@@ -1,0 +1,104 @@
+"""PTQ and QAT verbs on the tiny encoder: each calibrator, distillation lowers the loss."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from trtqat.errors import QuantizerStateError
+from trtqat.quant.model_ops import quantizers
+from trtqat.transformers.minilm import embed, tokenize
+from trtqat.transformers.recipes import (
+    EncoderCalibConfig,
+    EncoderConfigError,
+    EncoderQATConfig,
+    calibrate_encoder,
+    collect_encoder_stats,
+    distillation_loss,
+    qat_encoder,
+    quantized_copy,
+    set_amax,
+)
+
+MAX_LEN = 32
+
+
+def test_calibrate_encoder_every_method(tiny, sentences):
+    model, tok = tiny
+    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(
+        method="max", batch_size=4, max_length=MAX_LEN))
+    assert not any(True for _ in quantizers(model))  # the FP32 model is untouched
+    name = "backbone.encoder.layer.1.attention.self.matmul_av._input_quantizer"
+    amax = {}
+    for method in ("max", "percentile", "mse", "entropy"):
+        set_amax(q, method, 99.9)
+        amax[method] = float(dict(quantizers(q))[name].amax)
+        out = embed(q, tok, sentences, max_length=MAX_LEN)
+        assert torch.isfinite(out).all()
+    assert amax["max"] <= 1.0 + 1e-6  # softmax probabilities
+    assert len(set(amax.values())) > 1  # the methods really differ
+
+
+def test_qat_lowers_the_distillation_loss(tiny, sentences):
+    teacher, tok = tiny
+    student = calibrate_encoder(teacher, tok, sentences, EncoderCalibConfig(
+        method="max", batch_size=8, max_length=MAX_LEN))
+    with torch.no_grad():  # a random tiny BERT barely moves under INT8: start it off target
+        for name, p in student.named_parameters():
+            if name.endswith("dense.weight"):
+                p.add_(0.05 * torch.randn_like(p))
+    batch = tokenize(tok, sentences, MAX_LEN)
+    with torch.no_grad():
+        before = float(distillation_loss(student, teacher, batch))
+    weights = copy.deepcopy(teacher.state_dict())
+    hist = qat_encoder(student, teacher, tok, sentences, EncoderQATConfig(
+        epochs=8, batch_size=8, max_length=MAX_LEN, lr=3e-4, warmup_ratio=0.0, learn_amax=False))
+    with torch.no_grad():
+        after = float(distillation_loss(student, teacher, batch))
+    assert hist["steps"] == 8 and len(hist["loss"]) == 8 and len(hist["lr"]) == 8
+    assert hist["lr"][-1] < hist["lr"][0]  # cosine annealing
+    assert after < 0.5 * before, (before, after)
+    for k, v in teacher.state_dict().items():  # the teacher stays frozen
+        assert torch.equal(v, weights[k]), k
+
+
+def test_qat_mse_loss_and_learned_amax(tiny, sentences):
+    teacher, tok = tiny
+    student = calibrate_encoder(teacher, tok, sentences, EncoderCalibConfig(
+        method="max", batch_size=8, max_length=MAX_LEN))
+    hist = qat_encoder(student, teacher, tok, sentences, EncoderQATConfig(
+        max_steps=2, epochs=5, batch_size=4, max_length=MAX_LEN, loss="mse", learn_amax=True))
+    assert hist["steps"] == 2
+    learned = [q for _, q in quantizers(student) if q.learn_amax]
+    assert learned and all(q.axis is None for q in learned)
+
+
+def test_qat_refuses_an_uncalibrated_student(tiny, sentences):
+    teacher, tok = tiny
+    with pytest.raises(QuantizerStateError, match="calibrate"):
+        qat_encoder(quantized_copy(teacher), teacher, tok, sentences,
+                    EncoderQATConfig(batch_size=4))
+    with pytest.raises(QuantizerStateError, match="no enabled quantizer"):
+        qat_encoder(copy.deepcopy(teacher), teacher, tok, sentences,
+                    EncoderQATConfig(batch_size=4))
+
+
+def test_collect_needs_sentences(tiny):
+    model, tok = tiny
+    with pytest.raises(EncoderConfigError, match="at least one"):
+        collect_encoder_stats(quantized_copy(model), tok, [])
+
+
+@pytest.mark.parametrize("cls,kwargs,match", [
+    (EncoderCalibConfig, {"method": "kl"}, "unknown method"),
+    (EncoderCalibConfig, {"percentile": 0}, "percentile"),
+    (EncoderCalibConfig, {"batch_size": 0}, "batch_size"),
+    (EncoderQATConfig, {"loss": "l1"}, "unknown loss"),
+    (EncoderQATConfig, {"lr": -1.0}, "lr"),
+    (EncoderQATConfig, {"warmup_ratio": 1.0}, "warmup_ratio"),
+])
+def test_configs_are_checked(cls, kwargs, match):
+    with pytest.raises(EncoderConfigError, match=match):
+        cls(**kwargs)

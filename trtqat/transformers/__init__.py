@@ -1,0 +1,57 @@
+"""Transformers: quantized attention for Hugging Face BERT-family encoders, PTQ and QAT.
+
+``import trtqat.transformers`` works without the ``transformers`` package; the functions
+that need it raise a one-line error with the install hint (``trtqat[transformers]``).
+"""
+
+from trtqat.transformers.attention import (
+    ATTN_IMPLEMENTATION,
+    quantize_attention,
+    quantize_transformer,
+    register_attention,
+)
+from trtqat.transformers.checkpoint import (
+    build_encoder_from_checkpoint,
+    encoder_spec,
+    is_encoder_checkpoint,
+    load_encoder_checkpoint,
+    save_encoder_checkpoint,
+)
+from trtqat.transformers.corpus import Corpus, load_corpus
+from trtqat.transformers.export import (
+    encoder_dynamic_axes,
+    encoder_input_names,
+    encoder_shapes,
+    example_inputs_for_encoder,
+)
+from trtqat.transformers.matmul import QuantMatMul
+from trtqat.transformers.metrics import embedding_fidelity, mean_cosine, similarity_spearman
+from trtqat.transformers.minilm import (
+    MINILM,
+    SentenceEncoder,
+    embed,
+    load_encoder,
+    load_tokenizer,
+    model_dir,
+    tokenize,
+)
+from trtqat.transformers.recipes import (
+    EncoderCalibConfig,
+    EncoderQATConfig,
+    calibrate_encoder,
+    collect_encoder_stats,
+    qat_encoder,
+    quantized_copy,
+    set_amax,
+)
+
+__all__ = [
+    "ATTN_IMPLEMENTATION", "MINILM", "Corpus", "EncoderCalibConfig", "EncoderQATConfig",
+    "QuantMatMul", "SentenceEncoder", "build_encoder_from_checkpoint", "calibrate_encoder",
+    "collect_encoder_stats", "embed", "embedding_fidelity", "encoder_dynamic_axes",
+    "encoder_input_names", "encoder_shapes", "encoder_spec", "example_inputs_for_encoder",
+    "is_encoder_checkpoint", "load_corpus", "load_encoder", "load_encoder_checkpoint",
+    "load_tokenizer", "mean_cosine", "model_dir", "qat_encoder", "quantize_attention",
+    "quantize_transformer", "quantized_copy", "register_attention", "save_encoder_checkpoint",
+    "set_amax", "similarity_spearman", "tokenize",
+]
