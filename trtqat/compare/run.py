@@ -152,10 +152,7 @@ def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> Varian
 
     result = VariantResult(variant.name, variant.precision,
                            source=str(variant.checkpoint or variant.onnx))
-    arch = _arch_of(variant)
-    onnx_path = variant.onnx or Path(cfg.export_dir) / f"{arch}-{variant.name}.onnx"
-    if variant.name in ("qat-int8-fp16",):
-        onnx_path = Path(cfg.export_dir) / f"{arch}-qat-int8-fp16.onnx"
+    onnx_path = variant.onnx or Path(cfg.export_dir) / f"{variant.arch}-{variant.name}.onnx"
     engine_path = Path(cfg.out) / f"{onnx_path.stem}.{cfg.backend}.engine"
     result.onnx, result.engine = str(onnx_path), str(engine_path)
     if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
@@ -172,14 +169,6 @@ def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> Varian
             result.latency_ms[b] = float(bench.stats("latency_ms").median)
             result.throughput[b] = float(bench.throughput_qps)
     return result
-
-
-def _arch_of(variant: Variant) -> str:
-    if variant.checkpoint is None:
-        return "model"
-    from trtqat.train.checkpoint import load_checkpoint
-
-    return str(load_checkpoint(variant.checkpoint)["model"]["arch"])
 
 
 def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:

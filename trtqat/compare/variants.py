@@ -27,6 +27,7 @@ class Variant:
     checkpoint: Path | None = None
     onnx: Path | None = None
     stage: str = ""
+    arch: str = "model"
 
     def sort_key(self) -> tuple[int, str]:
         return (ORDER.index(self.name) if self.name in ORDER else len(ORDER), self.name)
@@ -43,14 +44,15 @@ def ptq_name(calib: dict[str, Any]) -> str:
 def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
     """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8+fp16)."""
     stage = ckpt.get("stage", "fp32")
+    at = {"stage": stage, "arch": str(ckpt.get("model", {}).get("arch", "model"))}
     if stage == "fp32":
-        return [Variant("fp32", "fp32", "fp32", path, stage=stage),
-                Variant("fp16", "fp16", "fp16", path, stage=stage)]
+        return [Variant("fp32", "fp32", "fp32", path, **at),
+                Variant("fp16", "fp16", "fp16", path, **at)]
     if stage == "ptq":
-        return [Variant(ptq_name(ckpt.get("calib") or {}), "int8", "int8", path, stage=stage)]
+        return [Variant(ptq_name(ckpt.get("calib") or {}), "int8", "int8", path, **at)]
     if stage == "qat":
-        return [Variant("qat-int8", "int8", "int8", path, stage=stage),
-                Variant("qat-int8-fp16", "int8+fp16", "int8-fp16", path, stage=stage)]
+        return [Variant("qat-int8", "int8", "int8", path, **at),
+                Variant("qat-int8-fp16", "int8+fp16", "int8-fp16", path, **at)]
     return []
 
 

@@ -143,11 +143,8 @@ def disable_quantization(model: nn.Module) -> None:
 
 
 def _batch_input(batch):
-    if isinstance(batch, (list, tuple)):
-        return batch[0]
-    if isinstance(batch, dict):
-        return batch
-    return batch
+    """The model input of a batch: the first item of ``(inputs, labels)``, else the batch."""
+    return batch[0] if isinstance(batch, (list, tuple)) else batch
 
 
 @torch.no_grad()
