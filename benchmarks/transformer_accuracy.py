@@ -47,7 +47,8 @@ def _label(method: str, pct: float | None) -> str:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="minilm", help="'minilm' or a Hugging Face model folder")
-    p.add_argument("--data", default="builtin", help="'builtin' or a text file, one sentence a line")
+    p.add_argument("--data", default="builtin",
+                   help="'builtin' or a text file, one sentence a line")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--calib-sentences", type=int, default=512)
     p.add_argument("--heldout", type=int, default=500, help="held-out sentences (fixed split)")
@@ -129,9 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"{'PASS' if ok else 'FAIL'}")
     total_s = time.perf_counter() - t_start
     print(f"total wall time {total_s:.0f} s")
-    result = {"config": {**vars(args), "corpus": corpus.source, "train": len(corpus.train),
-                         "heldout": len(corpus.heldout), "torch": torch.__version__,
-                         "python": platform.python_version(),
+    result = {"config": {**vars(args), "corpus": corpus.source, "train": len(train),
+                         "dev": len(dev), "heldout": len(corpus.heldout),
+                         "torch": torch.__version__, "python": platform.python_version(),
                          "threads": torch.get_num_threads()},
               "results": rows, "target_met": ok, "total_wall_time_s": total_s}
     if args.json:

@@ -43,8 +43,11 @@ def test_quantizers_see_both_operands_of_both_matmuls(tiny, sentences):
     model, tok = tiny
     quantize_transformer(model)
     seen: dict[str, torch.Size] = {}
-    hooks = [q.register_forward_hook(lambda mod, inp, out, n=name: seen.__setitem__(n, inp[0].shape))
-             for name, q in quantizers(model) if ".matmul_" in name]
+    def hook(name):
+        return lambda mod, inp, out: seen.__setitem__(name, inp[0].shape)
+
+    hooks = [q.register_forward_hook(hook(name)) for name, q in quantizers(model)
+             if ".matmul_" in name]
     for _, q in quantizers(model):
         q.disable_quant()  # no amax yet: pass through, but still call the quantizers
     batch = tokenize(tok, sentences[:3], max_length=32)

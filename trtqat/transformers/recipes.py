@@ -52,13 +52,15 @@ class EncoderCalibConfig:
 
     Args:
         method: max | percentile | mse | entropy (activations; weights always use max).
+            mse is the default: it scores best on all-MiniLM-L6-v2, whose LayerNorm outputs
+            have outlier channels that percentile and entropy clip.
         percentile: for ``method="percentile"``, e.g. 99.9 or 99.99.
         num_sentences: calibration sentences taken from the start of the list.
         batch_size, max_length: tokenization of the calibration batches.
         skip_layers: glob patterns of module names kept in float.
     """
 
-    method: str = "percentile"
+    method: str = "mse"
     percentile: float = 99.99
     num_sentences: int = 512
     batch_size: int = 32
