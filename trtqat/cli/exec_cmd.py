@@ -79,9 +79,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ONNX transform before ORT: auto (default: re-encode TensorRT-style "
                         "Q/DQ for integer CPU kernels when the CPU provider runs it), qdq, none")
     parser.add_argument("--calibInputs", metavar="FILE.npz", default=None,
-                        help="real inputs (arrays named after the model inputs, batch first) "
-                        "that calibrate the CPU re-encoding and check the engine agrees with "
-                        "the ONNX (top-1 >= 99%%)")
+                        help="real inputs (arrays named after the model inputs, batch first; "
+                        "int64 token ids/masks for encoders) that calibrate the CPU "
+                        "re-encoding and check the engine agrees with the ONNX (top-1 >= "
+                        "99%%, or mean cosine >= 0.99 for embedding outputs)")
     parser.add_argument("--verbose", action="store_true", help="verbose logging")
 
 
@@ -160,6 +161,52 @@ def _say(line: str = "") -> None:
     print(line, flush=True)
 
 
+# Fallback range of token-id inputs whose embedding table cannot be found (the tokenizers
+# of the BERT family have far more than 1000 ids).
+_SAFE_TOKEN_RANGE = 1000
+
+
+def _index_bounds(args: argparse.Namespace, engine: Any) -> dict[str, int]:
+    """Row counts of the embedding tables the integer inputs index (ONNX or ORT engine)."""
+    import onnx
+
+    from trtqat.engines.onnx_io import index_input_bounds
+
+    try:
+        if args.onnx:
+            model = onnx.load(args.onnx, load_external_data=False)
+        elif engine.backend == "ort":
+            model = onnx.load_from_string(engine.payload)
+        else:
+            return {}
+    except Exception:  # best effort: the fallback range applies
+        return {}
+    return index_input_bounds(model)
+
+
+def valid_integer_feed(feed: dict, bounds: dict[str, int], seed: int = 0) -> dict:
+    """Make random integer inputs valid for encoders: ``*mask*`` inputs all ones,
+    ``token_type``/``segment`` inputs zeros, other integer inputs (token ids) uniform in
+    ``[0, bound)`` (the embedding table's rows, else ``[0, 1000)``). Float and bool inputs
+    are kept."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = dict(feed)
+    for name, array in feed.items():
+        if array.dtype.kind not in "iu":
+            continue
+        low = name.lower()
+        if "mask" in low:
+            out[name] = np.ones_like(array)
+        elif "token_type" in low or "segment" in low:
+            out[name] = np.zeros_like(array)
+        else:
+            high = bounds.get(name, _SAFE_TOKEN_RANGE)
+            out[name] = rng.integers(0, max(1, high), size=array.shape).astype(array.dtype)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """The trtexec flow: build or load, (save), time queries, print the summary."""
     from trtqat.engines import (
@@ -192,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
     feed = None
     if not args.skipInference:  # check the run shapes before writing anything
         feed = random_feed(engine.inputs, parse_shapes(args.shapes) if args.shapes else {})
+        if any(a.dtype.kind in "iu" for a in feed.values()):
+            feed = valid_integer_feed(feed, _index_bounds(args, engine))
     if args.saveEngine:
         _say(f"Engine saved to {engine.save(args.saveEngine)}")
     if feed is None:

@@ -69,3 +69,42 @@ def onnx_input_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
 def onnx_output_specs(model: onnx.ModelProto) -> tuple[TensorSpec, ...]:
     """The graph's outputs, dynamic dimensions as None."""
     return tuple(_value_spec(v, "output") for v in model.graph.output)
+
+
+_INDEX_PASS_THROUGH = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity"})
+
+
+def index_input_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Integer graph inputs used as row indices of a constant table (token ids into an
+    embedding: ``Gather(table, ids)``, possibly after Cast/Reshape, or ORT's fused
+    ``EmbedLayerNormalization``) -> the table's row count, so random feeds stay in range."""
+    inits = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    bounds: dict[str, int] = {}
+    for value in model.graph.input:
+        if value.name in inits or value.type.tensor_type.elem_type not in (
+                onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+            continue
+        todo, seen, found = [value.name], set(), []
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for node in users.get(name, []):
+                if node.op_type == "Gather" and list(node.input[1:2]) == [name] \
+                        and node.input[0] in inits:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    found.append(inits[node.input[0]][axis])
+                elif node.op_type == "EmbedLayerNormalization":
+                    table = {0: 2, 1: 4}.get(list(node.input).index(name))
+                    if table is not None and len(node.input) > table and node.input[table] in inits:
+                        found.append(inits[node.input[table]][0])
+                elif node.op_type in _INDEX_PASS_THROUGH:
+                    todo.extend(node.output)
+        if found:
+            bounds[value.name] = int(min(found))
+    return bounds

@@ -5,7 +5,10 @@ made of it, and check how far the outputs moved.
 As exported for TensorRT (int8 symmetric Q/DQ on layer inputs only) the graph runs on float
 kernels in ORT plus Q/DQ overhead, slower than FP32. :func:`reencode_for_cpu` applies the
 passes of :mod:`trtqat.engines.ort_qdq_rewrite`, then compares the result with the
-unmodified model on the calibration inputs and fails below 99% top-1 agreement.
+unmodified model on the calibration inputs and fails below 99% top-1 agreement (classifiers)
+or below 0.99 mean cosine similarity (embedding models, see :func:`is_embedding_output`).
+MatMul graphs (transformer encoders) first get ORT's constant folding and afterwards the
+epilogue fusion of :mod:`trtqat.engines.ort_qdq_matmul`.
 
 Typical use::
 
@@ -31,6 +34,11 @@ from onnx import helper
 
 from trtqat.engines.errors import EngineBuildError
 from trtqat.engines.ort_qdq_graph import Graph
+from trtqat.engines.ort_qdq_matmul import (
+    fold_constants,
+    fuse_matmul_epilogues,
+    has_quantized_matmul,
+)
 from trtqat.engines.ort_qdq_rewrite import (
     fold_batchnorm,
     insert_output_quantizers,
@@ -61,6 +69,12 @@ DATA_OPS = frozenset({
 # Ops whose kernel follows its input type (integer on uint8/int8 tensors).
 TYPED_OPS = frozenset({"MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Relu", "Resize"})
 _INT_TYPES = {onnx.TensorProto.UINT8, onnx.TensorProto.INT8}
+
+
+# The re-encoding adds output quantizers of its own; on MiniLM they move the embeddings by a
+# mean cosine of about 0.99 against the unrewritten Q/DQ graph (and by less than 0.003 against
+# FP32), so 0.98 passes that and still stops a broken rewrite.
+DEFAULT_MIN_COSINE = 0.98
 
 
 class AgreementError(EngineBuildError):
@@ -153,18 +167,53 @@ def _run(session, feeds: Feeds) -> list[np.ndarray]:
     return [session.run(None, feed)[0] for feed in feeds]
 
 
+EMBEDDING_TASKS = frozenset({"sentence-embedding", "embedding", "feature-extraction"})
+
+
+def is_embedding_output(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = ()) -> bool:
+    """True when the first output holds embeddings rather than class scores: the model's
+    metadata ``trtqat.task`` is an embedding task, the output's name contains "embedding",
+    or every row of ``outputs`` (reference values) has unit L2 norm."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    if meta.get("trtqat.task") in EMBEDDING_TASKS:
+        return True
+    if model.graph.output and "embedding" in model.graph.output[0].name.lower():
+        return True
+    rows = [o.reshape(-1, o.shape[-1]) for o in outputs if o.ndim >= 2 and o.shape[-1] > 1]
+    return bool(rows) and all(
+        np.allclose(np.linalg.norm(r.astype(np.float64), axis=-1), 1.0, atol=1e-3) for r in rows)
+
+
+def _cosines(ref: list[np.ndarray], cand: list[np.ndarray]) -> np.ndarray:
+    out = []
+    for r, c in zip(ref, cand):
+        r2 = r.reshape(-1, r.shape[-1]).astype(np.float64)
+        c2 = c.reshape(-1, c.shape[-1]).astype(np.float64)
+        norms = np.linalg.norm(r2, axis=-1) * np.linalg.norm(c2, axis=-1)
+        out.append((r2 * c2).sum(-1) / np.maximum(norms, 1e-12))
+    return np.concatenate(out)
+
+
 def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
-                    feeds: Feeds, min_top1: float = 0.99, threads: int = 2) -> dict[str, Any]:
+                    feeds: Feeds, min_top1: float = 0.99, threads: int = 2,
+                    min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
     """Compare the first output of two models on ``feeds`` with ORT's CPU provider.
 
-    Returns ``{"top1_agreement", "samples", "max_abs_diff", "mean_abs_diff",
-    "max_abs_reference"}``; raises :class:`AgreementError` when top-1 agreement (argmax over
-    the last axis, per sample) is below ``min_top1``.
+    ``metric`` "top1" (classifiers: argmax over the last axis per sample, at least
+    ``min_top1`` must agree), "cosine" (embeddings: mean cosine similarity per row at least
+    ``min_cosine``, default :data:`DEFAULT_MIN_COSINE`) or "auto" (cosine when
+    :func:`is_embedding_output`). Returns ``{"metric", "top1_agreement", "samples",
+    "max_abs_diff", "mean_abs_diff", "max_abs_reference"}`` plus ``mean_cosine`` and
+    ``min_cosine`` for the cosine metric; raises :class:`AgreementError` below the threshold.
     """
     if not feeds:
         raise AgreementError("check_agreement got no inputs: pass at least one feed dict")
+    if metric not in ("auto", "top1", "cosine"):
+        raise ValueError(f"metric must be auto, top1 or cosine, got {metric!r}")
     ref = _run(cpu_session(reference_model, threads), feeds)
     cand = _run(cpu_session(candidate_model, threads), feeds)
+    if metric == "auto":
+        metric = "cosine" if is_embedding_output(reference_model, ref) else "top1"
     same = total = 0
     max_diff = mean_acc = ref_max = 0.0
     for r, c in zip(ref, cand):
@@ -175,10 +224,21 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
         max_diff = max(max_diff, float(diff.max()))
         mean_acc += float(diff.sum())
         ref_max = max(ref_max, float(np.abs(r2).max()))
-    result = {"top1_agreement": same / total, "samples": total, "max_abs_diff": max_diff,
+    result = {"metric": metric, "top1_agreement": same / total, "samples": total,
+              "max_abs_diff": max_diff,
               "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
               "max_abs_reference": ref_max}
-    if result["top1_agreement"] < min_top1:
+    if metric == "cosine":
+        cos = _cosines(ref, cand)
+        threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
+        result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()))
+        if result["mean_cosine"] < threshold:
+            raise AgreementError(
+                f"CPU re-encoding moved the embeddings too far: mean cosine similarity "
+                f"{result['mean_cosine']:.4f} < {threshold:.4f} on {total} rows (lowest "
+                f"{result['min_cosine']:.4f}); build with --ortPrepare=none or calibrate on "
+                "representative inputs")
+    elif result["top1_agreement"] < min_top1:
         raise AgreementError(
             f"CPU re-encoding moved the outputs too far: top-1 agreement "
             f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "
@@ -237,13 +297,16 @@ def has_float16(model: onnx.ModelProto) -> bool:
 
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
                      min_top1: float = 0.99, unify: bool = True, threads: int = 2,
-                     count_nodes: bool = True) -> tuple[onnx.ModelProto, dict[str, Any]]:
+                     count_nodes: bool = True, min_cosine: float | None = None
+                     ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Rewrite a TensorRT-style Q/DQ ``model`` for ORT's CPU integer kernels.
 
     ``calib_feeds`` (input name -> array dicts) calibrate the Q/DQ the rewrite adds and are
-    the inputs of the agreement check against ``model`` (:class:`AgreementError` below
-    ``min_top1``); without them added ranges come from neighbouring quantizers and nothing
-    is checked. ``unify`` gives a tensor read by several Q nodes one Q (the largest scale).
+    the inputs of the agreement check against ``model`` (:class:`AgreementError` when top-1
+    agreement of a classifier is below ``min_top1``, or the mean cosine of embedding outputs
+    below ``min_cosine``, default 0.98); without them added ranges come from neighbouring
+    quantizers and nothing is checked. ``unify`` gives a tensor read by several Q nodes one
+    Q (the largest scale).
     Returns the new model (``model`` is not modified) and a report of what was rewritten,
     the integer/float node counts of ORT's optimised graph before and after, and the
     agreement figures.
@@ -258,7 +321,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         report["reason"] = "float16 tensors (INT8+FP16 variant): ORT's CPU integer kernels need float32"
         return model, report
     feeds = list(calib_feeds) if calib_feeds else []
-    g = Graph(copy.deepcopy(model))
+    matmul_graph = has_quantized_matmul(model)
+    # MatMul graphs: fold the exporter's scale subgraphs (and weight Transposes) first
+    g = Graph(fold_constants(model, threads) if matmul_graph else copy.deepcopy(model))
     passes: dict[str, Any] = {"weights_prequantized": prequantize_weights(g)}
     passes["batchnorm_folded"] = fold_batchnorm(g)
     passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
@@ -268,6 +333,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     passes["output_quantizers_added"] = insert_output_quantizers(g, ranges)
     passes["activations_reencoded"] = reencode_uint8(g)
     passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
+    if matmul_graph:
+        passes["matmul_epilogues"] = fuse_matmul_epilogues(g)
     new_model = g.model
     onnx.checker.check_model(new_model)
     report.update(rewritten=True, passes=passes)
@@ -277,7 +344,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
             "after": count_compute_nodes(optimized_model(new_model, threads)),
         }
     if feeds:
-        report["agreement"] = check_agreement(model, new_model, feeds, min_top1, threads)
+        report["agreement"] = check_agreement(model, new_model, feeds, min_top1, threads,
+                                              min_cosine)
     report["seconds"] = round(time.perf_counter() - start, 3)
     log.info("CPU re-encoding: %s", report)
     return new_model, report
@@ -287,8 +355,8 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     """The ORT backend's pre-session step: :func:`reencode_for_cpu` for TensorRT-style Q/DQ
     graphs, unchanged otherwise.
 
-    Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``threads``,
-    ``cpu_reencode`` (False skips the rewrite). The report is logged and stored in the
+    Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``min_cosine``,
+    ``threads``, ``cpu_reencode`` (False skips the rewrite). The report is logged and stored in the
     model's metadata under ``trtqat.cpu_reencode``.
     """
     if not getattr(options, "cpu_reencode", True):
@@ -296,7 +364,8 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     threads = getattr(options, "threads", None) or 2
     new_model, report = reencode_for_cpu(model, getattr(options, "calib_feeds", None),
                                          min_top1=getattr(options, "min_top1", 0.99),
-                                         threads=threads)
+                                         threads=threads,
+                                         min_cosine=getattr(options, "min_cosine", None))
     if report.get("rewritten"):
         entry = new_model.metadata_props.add()
         entry.key, entry.value = "trtqat.cpu_reencode", json.dumps(report, default=str)

@@ -305,7 +305,7 @@ def _nonneg(g: Graph, name: str, memo: dict[str, bool]) -> bool:
     result = False
     if node is not None:
         op = node.op_type
-        if op == "Relu":
+        if op in ("Relu", "Softmax", "Sigmoid"):
             result = True
         elif op == "Clip":
             low = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None

@@ -177,10 +177,12 @@ class BuildOptions:
     ort_prepare: str | None = "auto"
     verbose: bool = False
     # Inputs (name -> array dicts) that calibrate what a prepare step adds and check the
-    # built engine agrees with the ONNX (top-1 >= min_top1). Not stored in the engine file.
+    # built engine agrees with the ONNX (classifiers: top-1 agreement >= min_top1;
+    # embeddings: mean cosine >= min_cosine). Not stored in the engine file.
     calib_feeds: tuple[Mapping[str, Any], ...] | None = field(default=None, compare=False,
                                                               repr=False)
     min_top1: float = 0.99
+    min_cosine: float = 0.98
 
     def __post_init__(self) -> None:
         for flag, given in (("--shapes", self.shapes), ("--minShapes", self.min_shapes),
@@ -207,6 +209,8 @@ class BuildOptions:
             raise OptionsError(f"--threads must be an int >= 0, got {self.threads!r}")
         if not 0.0 <= self.min_top1 <= 1.0:
             raise OptionsError(f"min_top1 must be a fraction in [0, 1], got {self.min_top1}")
+        if not -1.0 <= self.min_cosine <= 1.0:
+            raise OptionsError(f"min_cosine must be in [-1, 1], got {self.min_cosine}")
         if self.calib_feeds is not None:
             feeds = tuple(self.calib_feeds)
             if not all(isinstance(f, Mapping) for f in feeds):
