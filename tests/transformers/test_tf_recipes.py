@@ -73,6 +73,12 @@ def test_qat_mse_loss_and_learned_amax(tiny, sentences):
     assert hist["steps"] == 2
     learned = [q for _, q in quantizers(student) if q.learn_amax]
     assert learned and all(q.axis is None for q in learned)
+    # query/key/value read one tensor: they learned one range (TensorRT fuses them then)
+    blocks = [m for m in student.modules() if hasattr(m, "query") and hasattr(m, "value")]
+    assert blocks
+    for b in blocks:
+        ranges = [getattr(b, n)._input_quantizer.amax for n in ("query", "key", "value")]
+        assert ranges[0].item() > 0 and all(torch.equal(r, ranges[0]) for r in ranges)
 
 
 def test_qat_refuses_an_uncalibrated_student(tiny, sentences):

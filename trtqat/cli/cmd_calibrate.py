@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from trtqat.cli.cmd_train import (
     EPILOG_DIST,
@@ -25,14 +26,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "histograms on --num-batches training batches (eval transforms), compute amax with "
         "--method, evaluate, and save the calibrated checkpoint (stage 'ptq')."),
         epilog="example:\n  trtqat calibrate --checkpoint runs/fp32/best.pt --method entropy "
-        "--out runs/ptq\n\n" + EPILOG_DIST.format(cmd="calibrate")
+        "--out runs/ptq\n  trtqat calibrate --model minilm --data builtin --out runs/minilm/ptq"
+        "\n\nSentence encoders (--model minilm or a Hugging Face BERT-family folder, no "
+        "--checkpoint): PTQ on the\ncorpus' training split, embedding fidelity (mean cosine, "
+        "Spearman vs FP32) on its held-out split;\nthe FP32 reference checkpoint goes to the "
+        "sibling folder fp32/ (--fp32-out).\n\n" + EPILOG_DIST.format(cmd="calibrate")
         + "\nStatistics are merged across processes: every rank holds the same amax.",
         formatter_class=formatter)
     g = p.add_argument_group("calibration")
-    g.add_argument("--checkpoint", "-c", required=True, metavar="PATH",
-                   help="FP32 checkpoint (a .pt from `trtqat train`, or its run folder)")
+    g.add_argument("--checkpoint", "-c", default=None, metavar="PATH",
+                   help="FP32 checkpoint (a .pt from `trtqat train`, or its run folder); "
+                   "required for CNNs, optional for encoders (--model)")
     g.add_argument("--method", choices=["max", "percentile", "mse", "entropy"],
-                   default="entropy", help="how amax is computed from the activation histograms")
+                   default=None, help="how amax is computed from the activation histograms "
+                   "(default: entropy for CNNs, mse for encoders)")
     g.add_argument("--percentile", type=float, default=99.99,
                    help="percentile kept by --method percentile")
     g.add_argument("--num-batches", type=int, default=16,
@@ -40,7 +47,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--skip-layers", type=csv, default=(), metavar="A,B",
                    help="glob patterns of layers kept in float, e.g. 'conv1,fc'")
     g.add_argument("--model", "-m", default=None,
-                   help="expected architecture: fail if the checkpoint holds another one")
+                   help="CNN: expected architecture (fail if the checkpoint holds another "
+                   "one); encoder: 'minilm' or a Hugging Face BERT-family folder")
+    g = p.add_argument_group("encoders (--model minilm|FOLDER; --data builtin|FILE.txt, "
+                             "default builtin)")
+    g.add_argument("--num-sentences", type=int, default=512,
+                   help="calibration sentences from the corpus' training split")
+    g.add_argument("--max-length", type=int, default=128, help="tokens per sentence (truncation)")
+    g.add_argument("--fp32-out", default=None, metavar="RUN_DIR",
+                   help="where the FP32 reference checkpoint goes (default: OUT/../fp32)")
     add_data_args(p, inherit=True)
     add_run_args(p, "runs/ptq", resumable=False)
     p.set_defaults(func=run)
@@ -50,6 +65,36 @@ def run(args: argparse.Namespace) -> int:
     """Run ``trtqat calibrate``."""
     from trtqat.train.ptq import CalibrateConfig, calibrate
 
+    if _encoder_route(args):
+        from trtqat.transformers.runs import (
+            DEFAULT_METHOD,
+            EncoderCalibrateConfig,
+            calibrate_encoder_run,
+            describe,
+        )
+
+        args.method = args.method or DEFAULT_METHOD
+        result = calibrate_encoder_run(config_from(EncoderCalibrateConfig, args))
+        print(describe(f"calibrate ({args.method})", result), file=sys.stderr)
+        return 0
+    if not args.checkpoint:
+        from trtqat.train.recipes import ConfigError
+
+        raise ConfigError("--checkpoint is required: the best.pt of a `trtqat train` run "
+                          "(or --model minilm / a Hugging Face folder for an encoder)")
+    args.method = args.method or "entropy"
     result = calibrate(config_from(CalibrateConfig, args))
     report(f"calibrate ({args.method})", result)
     return 0
+
+
+def _encoder_route(args: argparse.Namespace) -> bool:
+    """Encoder PTQ: ``--model`` names one (no --checkpoint), or the checkpoint holds one."""
+    from trtqat.transformers.runs import is_encoder_name
+
+    if not args.checkpoint:
+        return is_encoder_name(args.model)
+    from trtqat.train.checkpoint import load_checkpoint
+    from trtqat.transformers.checkpoint import is_encoder_checkpoint
+
+    return is_encoder_checkpoint(load_checkpoint(args.checkpoint))

@@ -15,8 +15,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and builds what is missing, then measures each engine's top-1/top-5 on the validation "
         "split and its median latency and throughput with trtexec's measurement model. Writes "
         "report.md, report.json and report.png into --out. A variant that fails is reported "
-        "with its error; the others still run.",
-        epilog="example:\n  trtqat compare --run runs/demo --batch-sizes 1,32",
+        "with its error; the others still run. Sentence encoders (runs of `trtqat calibrate "
+        "--model minilm`, or encoder ONNX files) are scored by embedding fidelity on the "
+        "corpus' held-out sentences instead: mean cosine and Spearman vs the FP32 PyTorch model; "
+        "their latency/throughput use sentences padded to --seq-len tokens.",
+        epilog="examples:\n  trtqat compare --run runs/demo --batch-sizes 1,32\n"
+        "  trtqat compare --run runs/minilm --seq-len 128",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", default=None, help="folder holding the fp32/ptq-*/qat run folders")
     p.add_argument("--onnx", nargs="+", default=(), help="explicit ONNX files to compare too")
@@ -27,8 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="latency at the first, throughput at the last (default 1,32)")
     p.add_argument("--export-dir", default="export", help="where missing ONNX files are written")
     p.add_argument("--out", default="engines", help="where engines and the report go")
-    p.add_argument("--data", default=None, help="digits, synthetic or an ImageFolder path "
-                   "(default: the FP32 run's)")
+    p.add_argument("--data", default=None, help="digits, synthetic or an ImageFolder path; "
+                   "encoders: builtin or a text file (default: the runs')")
+    p.add_argument("--seq-len", type=int, default=128,
+                   help="encoders: tokens per sentence (default 128)")
+    p.add_argument("--num-sentences", type=int, default=500,
+                   help="encoders: held-out sentences scored (default 500)")
+    p.add_argument("--model", default=None, help="encoders: FP32 reference and tokenizer of "
+                   "--onnx files without a run (minilm or a folder; default: from the file)")
     p.add_argument("--image-size", type=int, default=None, help="default: the FP32 run's")
     p.add_argument("--duration", type=float, default=3.0, dest="duration_s",
                    help="seconds of measurement per variant and batch size (trtexec: 3)")

@@ -14,6 +14,10 @@ log = logging.getLogger(__name__)
 VARIANT_CHOICES = ("fp32", "fp16", "int8", "int8-fp16", "all")
 
 
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
 def _batch(value: str) -> int | None:
     if value == "dynamic":
         return None
@@ -43,6 +47,9 @@ def register(subparsers) -> None:
                    help="ONNX opset, >= 13 (default 17; int8-fp16 uses >= 19 for fp16 scales)")
     p.add_argument("--batch", type=_batch, default=None, metavar="dynamic|N",
                    help="dynamic batch dimension (default) or a fixed batch N")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="encoders: sequence length of the traced example, still dynamic "
+                   "(default: the checkpoint's max_length, 128)")
     p.add_argument("--image-size", type=int, default=None,
                    help="input height and width (default: the checkpoint's)")
     p.add_argument("--io-dtype", choices=["fp32", "fp16"], default="fp32",
@@ -55,6 +62,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-validate", action="store_true",
                    help="skip ONNX Runtime checks and the lint (onnx.checker still runs)")
     p.add_argument("--no-fold-bn", action="store_true", help="keep BatchNorm layers as they are")
+    p.add_argument("--skip-layers", type=_csv, default=(), metavar="A,B",
+                   help="glob patterns of layers exported in float (no Q/DQ), added to the "
+                   "checkpoint's own; see `trtqat sensitivity`")
     p.set_defaults(func=run)
 
 
@@ -100,6 +110,10 @@ def run(args) -> int:
 
     variants = expand_variants(args.variant)
     ckpt = load_checkpoint(args.checkpoint)
+    if ckpt.get("model", {}).get("family") == "transformer":  # a sentence encoder
+        from trtqat.cli.export_encoder import run_encoder
+
+        return run_encoder(args, ckpt)
     spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
     if any(v in INT8_VARIANTS for v in variants) and not spec.get("quantized"):
         raise ExportError(
@@ -108,6 +122,13 @@ def run(args) -> int:
             "--variant fp32/fp16")
     out = check_writable(args.out)
     model = build_from_checkpoint(ckpt)
+    skip = tuple(getattr(args, "skip_layers", ()) or ())
+    if skip:
+        from trtqat.quant.model_ops import disable_layers
+
+        disable_layers(model, skip)  # an unknown pattern is a clear error
+    # recorded in the int8 files' metadata, so `trtqat lint` knows these are float on purpose
+    model.trtqat_skip_layers = tuple(dict.fromkeys([*(spec.get("skip_layers") or []), *skip]))
     image_size = args.image_size or int(spec.get("image_size") or 32)
     if image_size < 1:
         raise ExportError(f"--image-size must be >= 1, got {image_size}")

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+ENCODER_METRIC = "mean_cosine"  # the report metric of sentence encoders
+
 
 @dataclass
 class VariantResult:
@@ -28,6 +30,7 @@ class VariantResult:
     throughput: dict[int, float] = field(default_factory=dict)  # batch -> images/s
     nodes: dict[str, int] = field(default_factory=dict)  # integer/float compute node counts
     providers: list[str] = field(default_factory=list)  # execution providers / backend used
+    notes: list[str] = field(default_factory=list)  # e.g. a fallback taken while building
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -121,8 +124,12 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     metric = report["metric"]
     bs = report["batch_sizes"]
     lat_b, thr_b = bs[0], bs[-1]
+    encoder = metric == ENCODER_METRIC
     header = ["variant", "precision", metric, f"Δ{metric} vs fp32", f"latency@{lat_b} ms",
               f"speedup@{lat_b}", f"img/s@{thr_b}", "int/float nodes"]
+    if encoder:  # embedding fidelity vs the FP32 PyTorch model replaces top-1 and its delta
+        header[2:4] = ["cosine vs fp32", "Spearman"]
+        header[6] = f"sent/s@{thr_b}"
     rows = []
     for v in report["variants"]:
         if v["status"] != "ok":
@@ -131,8 +138,9 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         d = v["derived"]
         nodes = v["nodes"]
         rows.append([
-            v["name"], v["precision"], _fmt(v["metrics"].get(metric), ".2f"),
-            _fmt(d.get("delta"), "+.2f"),
+            v["name"], v["precision"],
+            _fmt(v["metrics"].get(metric), ".5f" if encoder else ".2f"),
+            _fmt(v["metrics"].get("spearman"), ".5f") if encoder else _fmt(d.get("delta"), "+.2f"),
             _fmt(v["latency_ms"].get(str(lat_b)), ".3f"),
             _fmt(d.get(f"speedup@{lat_b}"), ".2f") + ("x" if d.get(f"speedup@{lat_b}") else ""),
             _fmt(v["throughput"].get(str(thr_b)), ".1f"),
@@ -168,6 +176,8 @@ def format_markdown(report: dict[str, Any]) -> str:
     for v in report["variants"]:
         if v["status"] != "ok":
             md.append(f"- {v['name']} failed: {v['error']}")
+        for note in v.get("notes") or []:
+            md.append(f"- {v['name']}: {note}")
     return "\n".join(md) + "\n"
 
 
@@ -190,13 +200,14 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
             ax1.annotate(v["name"], (lat, acc), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax1.set_xscale("log")  # CPU fp16 or unfused variants can be 100x slower than the rest
     ax1.set_xlabel(f"median latency, batch {bs[0]} (ms, log scale)")
-    ax1.set_ylabel(metric)
-    ax1.set_title("accuracy vs latency")
+    encoder = metric == ENCODER_METRIC
+    ax1.set_ylabel("mean cosine vs FP32 (held-out sentences)" if encoder else metric)
+    ax1.set_title("embedding fidelity vs latency" if encoder else "accuracy vs latency")
     ax1.grid(alpha=0.3)
     names = [v["name"] for v in ok]
     thr = [v["throughput"].get(str(bs[-1])) or 0.0 for v in ok]
     ax2.barh(names, thr, color="tab:blue")
-    ax2.set_xlabel(f"throughput, batch {bs[-1]} (images/s)")
+    ax2.set_xlabel(f"throughput, batch {bs[-1]} ({'sentences' if encoder else 'images'}/s)")
     ax2.set_title("throughput")
     ax2.invert_yaxis()
     fig.suptitle(f"trtqat compare: {report['backend']} on {report['machine']['cpu']}", fontsize=9)

@@ -37,6 +37,9 @@ class CompareConfig:
     fresh: bool = False
     progress: bool = True
     variants: tuple[str, ...] = ()
+    seq_len: int = 128  # encoders: tokens per sentence (timing pads to exactly this)
+    num_sentences: int = 500  # encoders: held-out sentences scored
+    model: str | None = None  # encoders: reference/tokenizer for --onnx files without a run
 
     def __post_init__(self) -> None:
         if not self.run and not self.onnx:
@@ -48,6 +51,8 @@ class CompareConfig:
             raise CompareError("--duration must be > 0 s and --warmup >= 0 ms")
         if self.calib_batches < 1:
             raise CompareError("--calib-batches must be >= 1")
+        if self.seq_len < 2 or self.num_sentences < 3:
+            raise CompareError("--seq-len must be >= 2 and --num-sentences >= 3")
 
 
 @dataclass
@@ -193,11 +198,22 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
             raise CompareError(f"no variant named {', '.join(sorted(unknown))}; available: "
                                f"{', '.join(v.name for v in variants)}")
         variants = [v for v in variants if v.name in cfg.variants]
-    data_name = cfg.data or settings.get("data") or "digits"
-    image_size = cfg.image_size or settings.get("image_size")
-    if not image_size:
-        raise CompareError("cannot tell the image size: pass --image-size")
-    data = _load_data(data_name, int(image_size), max(cfg.batch_sizes), cfg.calib_batches)
+    families = {v.family for v in variants}
+    if len(families) > 1:
+        raise CompareError("cannot compare encoders with CNNs in one report: pick the "
+                           "variants of one model (--variants, or separate --run/--onnx)")
+    measure, metric = measure_variant, "top1"
+    if families == {"transformer"}:
+        from trtqat.compare.encoder import load_encoder_data, measure_encoder_variant
+
+        data = load_encoder_data(variants, settings, cfg)
+        measure, metric = measure_encoder_variant, "mean_cosine"
+    else:
+        data_name = cfg.data or settings.get("data") or "digits"
+        image_size = cfg.image_size or settings.get("image_size")
+        if not image_size:
+            raise CompareError("cannot tell the image size: pass --image-size")
+        data = _load_data(data_name, int(image_size), max(cfg.batch_sizes), cfg.calib_batches)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     Path(cfg.export_dir).mkdir(parents=True, exist_ok=True)
     results = []
@@ -205,7 +221,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
         echo(f"[{i}/{len(variants)}] {v.name} ({v.precision}): export, build, measure ...")
         t0 = time.perf_counter()
         try:
-            r = measure_variant(v, cfg, data)
+            r = measure(v, cfg, data)
         except TrtqatError as exc:
             r = VariantResult(v.name, v.precision, source=str(v.checkpoint or v.onnx),
                               status="failed", error=str(exc).splitlines()[0])
@@ -218,7 +234,6 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
         echo(f"      {status} ({time.perf_counter() - t0:.1f}s)")
     if all(r.status != "ok" for r in results):
         raise CompareError("every variant failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
-    metric = "top1"
     providers = sorted({p for r in results for p in getattr(r, "providers", [])}) or [backend]
     report = build_report(results, backend=backend, providers=providers,
                           batch_sizes=list(cfg.batch_sizes), metric=metric, dataset=data.info,

@@ -28,6 +28,7 @@ class Variant:
     onnx: Path | None = None
     stage: str = ""
     arch: str = "model"
+    family: str = "cnn"  # "cnn" (top-1/top-5) | "transformer" (embedding fidelity)
 
     def sort_key(self) -> tuple[int, str]:
         return (ORDER.index(self.name) if self.name in ORDER else len(ORDER), self.name)
@@ -44,7 +45,10 @@ def ptq_name(calib: dict[str, Any]) -> str:
 def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
     """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8+fp16)."""
     stage = ckpt.get("stage", "fp32")
-    at = {"stage": stage, "arch": str(ckpt.get("model", {}).get("arch", "model"))}
+    spec = ckpt.get("model", {})
+    at = {"stage": stage, "arch": str(spec.get("arch", "model"))}
+    if spec.get("family") == "transformer":  # arch may be a folder: name files by its last part
+        at.update(arch=Path(at["arch"]).name or "encoder", family="transformer")
     if stage == "fp32":
         return [Variant("fp32", "fp32", "fp32", path, **at),
                 Variant("fp16", "fp16", "fp16", path, **at)]
@@ -79,6 +83,7 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
         settings.setdefault("arch", spec.get("arch"))
         settings.setdefault("data", args.get("data", "digits"))
         settings.setdefault("image_size", spec.get("image_size") or args.get("image_size"))
+        settings.setdefault("family", spec.get("family", "cnn"))
     if not found:
         raise CompareError(f"{root} holds no checkpoints (best.pt): run `trtqat train`, "
                            "`calibrate` and `qat` into its sub-folders first, or pass --onnx files")
@@ -102,5 +107,7 @@ def explicit(paths: list[str]) -> list[Variant]:
         fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
         int8 = "QuantizeLinear" in ops or "DequantizeLinear" in ops
         precision = ("int8+fp16" if fp16 else "int8") if int8 else ("fp16" if fp16 else "fp32")
-        out.append(Variant(path.stem, precision, None, onnx=path))
+        family = ("transformer" if "input_ids" in {i.name for i in model.graph.input}
+                  else "cnn")
+        out.append(Variant(path.stem, precision, None, onnx=path, family=family))
     return out

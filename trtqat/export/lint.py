@@ -6,6 +6,7 @@ Each rule has an id; errors break INT8 execution (or the build), warnings cost s
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections import defaultdict
 from collections.abc import Iterable
@@ -21,7 +22,8 @@ from trtqat.export.errors import LintError
 RULES = {
     "no-qdq": "the graph holds no QuantizeLinear/DequantizeLinear (not an INT8 Q/DQ model)",
     "opset": "per-channel Q/DQ needs opset >= 13",
-    "unquantized-input": "a Conv/Gemm/MatMul has DQ on one of activation and weight only",
+    "unquantized-input": "a Conv/Gemm/MatMul has DQ on one of its two inputs only (activation "
+                         "and weight, or the two operands of an attention MatMul)",
     "float-layer": "a Conv/Gemm/MatMul has no DQ at all and runs in float",
     "weight-axis": "weight scales are not per output channel on the right axis",
     "per-tensor-weight": "weight scale is per tensor (per channel is more accurate)",
@@ -50,6 +52,14 @@ INT8_CAPABLE = WEIGHTED | {
 # Single-input ops that only move data: TensorRT moves Q/DQ across them.
 _DATA_MOVEMENT = {"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
 
+# Why common transformer ops fed by a DQ are wrong (appended to the no-int8-form message).
+_FLOAT_OP_HINTS = {
+    "Softmax": " (in TensorRT's attention placement the Q/DQ goes after the Softmax, on the "
+               "P input of P.V, not before it)",
+    "LayerNormalization": " (LayerNorm runs in FP16/FP32; quantize the MatMul inputs after it)",
+    "Erf": " (GELU runs in float; quantize the MatMul input after it)",
+}
+
 # Ops whose output is a convolution/matmul result (the non-identity branch of a residual).
 _CONV_BRANCH = WEIGHTED | {"BatchNormalization"}
 
@@ -59,7 +69,7 @@ class Finding:
     """One lint result, tied to a node."""
 
     rule: str
-    severity: str  # "error" | "warning"
+    severity: str  # "error" | "warning" | "info" (left in float on purpose)
     node: str
     message: str
 
@@ -84,6 +94,11 @@ class LintReport:
         return [f for f in self.findings if f.severity == "warning"]
 
     @property
+    def infos(self) -> list[Finding]:
+        """Findings on layers left in float on purpose (``--skip-layers``)."""
+        return [f for f in self.findings if f.severity == "info"]
+
+    @property
     def ok(self) -> bool:
         return not self.errors
 
@@ -92,7 +107,8 @@ class LintReport:
         return {f.rule for f in self.findings}
 
     def summary(self) -> str:
-        return f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+        text = f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+        return text + (f", {len(self.infos)} skipped on purpose" if self.infos else "")
 
     def lines(self) -> list[str]:
         return [f.line() for f in self.findings]
@@ -119,14 +135,42 @@ def _layer_of(name: str) -> str:
     return ".".join(parts) or path
 
 
+SKIP_LAYERS_KEY = "trtqat.skip_layers"  # metadata_props: comma-separated glob patterns
+_ON_PURPOSE = {"float-layer", "residual-add", "unquantized-input"}
+
+
+def _scope(name: str) -> str:
+    """Module path of a node name or a layer pattern, quantizer parts dropped ('' = root)."""
+    path = name.split("/")[0] if "/" in name else name
+    return ".".join(p for p in path.split(".") if not p.endswith("quantizer"))
+
+
+def skip_patterns(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The ``--skip-layers`` patterns an export recorded in the file's metadata."""
+    for prop in model.metadata_props:
+        if prop.key == SKIP_LAYERS_KEY:
+            return tuple(p for p in prop.value.split(",") if p)
+    return ()
+
+
 class _Linter:
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
         self.g = GraphIndex(model.graph)
         self.findings: list[Finding] = []
+        skip = skip_patterns(model)
+        self.skip = tuple(dict.fromkeys([*skip, *(_scope(p) for p in skip)]))
+
+    def _on_purpose(self, rule: str, name: str) -> bool:
+        if rule not in _ON_PURPOSE or not self.skip:
+            return False
+        scope = _scope(name) if "/" in name else ""
+        return any(fnmatch.fnmatchcase(scope, p) for p in self.skip)
 
     def add(self, rule: str, severity: str, node: onnx.NodeProto | str, message: str) -> None:
         name = node if isinstance(node, str) else (node.name or f"<{node.op_type}>")
+        if self._on_purpose(rule, name):
+            severity, message = "info", "left in float on purpose (--skip-layers)"
         self.findings.append(Finding(rule, severity, name, message))
 
     def run(self, source: str) -> LintReport:
@@ -165,6 +209,24 @@ class _Linter:
             if node.op_type == "DequantizeLinear":
                 return node
             if node.op_type not in _DATA_MOVEMENT:
+                return None
+            tensor = node.input[0]
+        return None
+
+    def _axis_at_dq(self, tensor: str, axis: int, rank: int) -> int | None:
+        """``axis`` of ``tensor`` as an axis of its DQ's output, mapped back through Transposes.
+
+        Linear weights reach a MatMul as ``DQ(int8 W[out, in]) -> Transpose``; None when
+        another data-movement op (Reshape, ...) is in between and the axis cannot be mapped.
+        """
+        for _ in range(8):
+            node = self.g.producer.get(tensor)
+            if node is None or node.op_type == "DequantizeLinear":
+                return axis
+            if node.op_type == "Transpose":
+                perm = attr(node, "perm", None) or list(range(rank))[::-1]
+                axis = int(perm[axis])
+            elif node.op_type != "Identity":
                 return None
             tensor = node.input[0]
         return None
@@ -222,13 +284,31 @@ class _Linter:
             self.add("unpaired-qdq", "error", node, "input comes neither from a "
                      "QuantizeLinear nor from an int8 initializer")
         if not weight:
-            for user in self.g.consumers.get(node.output[0], []):
-                if user.op_type not in INT8_CAPABLE:
-                    layer = _layer_of(node.name)
-                    self.add("no-int8-form", "error", user, f"{user.op_type} takes the "
-                             f"quantized output of {node.name or 'a DequantizeLinear'} but has "
-                             f"no INT8 form in TensorRT; leave layer '{layer}' in float "
-                             f"(--skip-layers {layer})")
+            for user in self._float_users(node.output[0]):
+                layer = _layer_of(node.name)
+                self.add("no-int8-form", "error", user, f"{user.op_type} takes the "
+                         f"quantized output of {node.name or 'a DequantizeLinear'} but has "
+                         f"no INT8 form in TensorRT{_FLOAT_OP_HINTS.get(user.op_type, '')}; "
+                         f"leave layer '{layer}' in float (--skip-layers {layer})")
+
+    def _float_users(self, tensor: str) -> list[onnx.NodeProto]:
+        """Consumers of ``tensor`` with no INT8 form, looking through data movement.
+
+        ``DQ -> Reshape -> LayerNormalization`` feeds the LayerNorm int8 values just as a
+        direct edge does: TensorRT moves the DQ across the Reshape.
+        """
+        found, todo, seen = [], [tensor], set()
+        while todo:
+            t = todo.pop()
+            for user in self.g.consumers.get(t, []):
+                if id(user) in seen:
+                    continue
+                seen.add(id(user))
+                if user.op_type in _DATA_MOVEMENT and user.input[0] == t:
+                    todo.extend(o for o in user.output if o)
+                elif user.op_type not in INT8_CAPABLE:
+                    found.append(user)
+        return found
 
     def _weight_index(self, node: onnx.NodeProto) -> tuple[int, int] | None:
         """(activation input, weight input) indices, or None if no input is a weight."""
@@ -251,11 +331,18 @@ class _Linter:
 
     def _check_weighted(self, node: onnx.NodeProto) -> None:
         idx = self._weight_index(node)
-        if idx is None:  # activation x activation MatMul: both inputs are activations
+        if idx is None:  # activation x activation MatMul (attention's Q.K^T and P.V)
             missing = [i for i in (0, 1) if not self._dq(node.input[i])]
             if len(missing) == 1:
+                src = self.g.producer.get(node.input[missing[0]])
+                what = f" (the output of {src.op_type})" if src is not None else ""
                 self.add("unquantized-input", "error", node,
-                         f"input {missing[0]} has no DequantizeLinear")
+                         f"input {missing[0]}{what} has no DequantizeLinear: an activation x "
+                         "activation MatMul (attention) runs in INT8 only with Q/DQ on both "
+                         "operands")
+            elif len(missing) == 2:
+                self.add("float-layer", "warning", node, "no Q/DQ on either operand of this "
+                         "activation x activation MatMul: runs in float")
             return
         a_idx, w_idx = idx
         act_dq = self._dq(node.input[a_idx])
@@ -279,7 +366,9 @@ class _Linter:
                      "quantized per tensor; per output channel is more accurate")
             return
         rank = len(shape)
-        want = self._expected_axis(node, rank, w_idx)
+        want = self._axis_at_dq(node.input[w_idx], self._expected_axis(node, rank, w_idx), rank)
+        if want is None:  # reshaped between DQ and the layer: the axis cannot be mapped
+            return
         axis = attr(w_dq, "axis", 1) % max(rank, 1)
         if axis != want or scale.size != shape[want]:
             self.add("weight-axis", "error", w_dq, f"weight of {node.name} ({node.op_type}, "
@@ -290,6 +379,9 @@ class _Linter:
         inputs = [i for i in node.input if i and not self.g.is_constant(i)]
         if len(inputs) != 2 or any(self._dq(i) for i in inputs):
             return
+        if any(u.op_type == "LayerNormalization"
+               for u in self.g.consumers.get(node.output[0], [])):
+            return  # a transformer's residual: the sum goes to a float LayerNorm, not INT8
         producers = [self.g.producer.get(i) for i in inputs]
         if any(p is not None and p.op_type in _CONV_BRANCH for p in producers):
             self.add("residual-add", "warning", node, "neither input has Q/DQ: quantize the "

@@ -168,6 +168,20 @@ def quantize_weights(model: onnx.ModelProto) -> int:
     return count
 
 
+def skipped_layers(model: nn.Module) -> tuple[str, ...]:
+    """Layers left in float on purpose: ``model.trtqat_skip_layers`` (the ``--skip-layers``
+    patterns) if set, else the owners of the disabled quantizers of a quantized model."""
+    explicit = getattr(model, "trtqat_skip_layers", None)
+    if explicit is not None:
+        return tuple(explicit)
+    names = [n for n, q in quantizers(model) if q.disabled]
+    if len(names) == sum(1 for _ in quantizers(model)):
+        return ()  # nothing quantized (a float model): nothing left out on purpose
+    owners = [n.rsplit(".", 1)[0] if n.endswith(("._input_quantizer", "._weight_quantizer"))
+              else n for n in names]
+    return tuple(dict.fromkeys(owners))
+
+
 def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -234,6 +248,7 @@ class Exporter:
             self.inputs = tuple(torch.cat([t, t]) for t in self.inputs)
         self.batch = None if dynamic_batch else int(self.inputs[0].shape[0])
         self.validation_data = validation_data
+        self.skip_layers = skipped_layers(model)
         self._graphs: dict[bool, tuple[onnx.ModelProto, nn.Module]] = {}
         self._refs: dict[bool, list] = {}
         self._batches: list | None = None
@@ -278,6 +293,9 @@ class Exporter:
         opset = _target_opset(variant, opset)
         base, reference = self._graph(int8)
         model = _finish(base, variant, opset, io_dtype)
+        if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
+            model.metadata_props.append(onnx.StringStringEntryProto(
+                key="trtqat.skip_layers", value=",".join(self.skip_layers)))
         result = ExportResult(path, variant, opset, self.dynamic_batch)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)

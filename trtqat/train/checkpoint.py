@@ -108,10 +108,16 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     """Rebuild the model a checkpoint describes and load its weights.
 
     ``quantized=None`` builds what the checkpoint holds; ``True`` on an FP32 checkpoint gives
-    an uncalibrated quantized model with the FP32 weights (the start of PTQ).
+    an uncalibrated quantized model with the FP32 weights (the start of PTQ). An encoder
+    checkpoint (``model.family == "transformer"``) gives its ``SentenceEncoder``; use
+    ``trtqat.transformers.build_encoder_from_checkpoint`` for the tokenizer too.
     """
     from trtqat.train.models import build_model
 
+    if (ckpt.get("model") or {}).get("family") == "transformer":
+        from trtqat.transformers.checkpoint import build_encoder_from_checkpoint
+
+        return build_encoder_from_checkpoint(ckpt, quantized)[0]
     spec = ckpt["model"]
     holds_quant = bool(spec.get("quantized"))
     quantized = holds_quant if quantized is None else quantized

@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from trtqat.errors import QuantizerStateError
-from trtqat.quant.model_ops import quantizers
+from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
 from trtqat.train.checkpoint import CheckpointError, build_from_checkpoint
@@ -46,6 +46,7 @@ class QATConfig:
     weight_decay: float | None = None
     opt: str | None = None
     label_smoothing: float | None = None
+    skip_layers: tuple[str, ...] = ()
     model: str | None = None
     data: str | None = None
     image_size: int | None = None
@@ -73,6 +74,7 @@ class QATConfig:
             raise R.ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.lr is not None and self.min_lr is not None and self.min_lr >= self.lr:
             raise R.ConfigError(f"--min-lr ({self.min_lr}) must be below --lr ({self.lr})")
+        self.skip_layers = tuple(self.skip_layers)
 
     def resolved(self, train_args: dict[str, Any]) -> dict[str, Any]:
         """Every schedule option, filled in from the FP32 run's ``train_args``."""
@@ -127,6 +129,10 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         args = R.as_args(cfg, model=spec["arch"], world_size=ctx.world_size, **r)
         resume_ckpt = R.load_resume(out, "qat", args, ctx) if cfg.resume else None
         model = build_from_checkpoint(src).to(ctx.device)
+        if cfg.skip_layers:  # left in float for fine-tuning; recorded with the calibrate-time ones
+            disable_layers(model, cfg.skip_layers)
+            spec["skip_layers"] = list(dict.fromkeys([*(spec.get("skip_layers") or []),
+                                                      *cfg.skip_layers]))
         _check_calibrated(model, str(cfg.checkpoint))
         optimizer = R.build_optimizer(r["opt"], model, r["lr"], r["momentum"],
                                       r["weight_decay"])

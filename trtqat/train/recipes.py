@@ -95,6 +95,10 @@ def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, ve
                 ) -> dict[str, Any]:
     """Load the input checkpoint of ``calibrate``/``qat`` and check its stage and arch."""
     ckpt = load_checkpoint(path)
+    if (ckpt.get("model") or {}).get("family") == "transformer":
+        raise CheckpointError(f"{path} is a sentence-encoder checkpoint: run `trtqat {verb}` "
+                              "on it (the command routes encoders), or use "
+                              "trtqat.transformers.runs from Python")
     stage = ckpt.get("stage")
     if stage not in stages:
         hint = {"fp32": "calibrate it first: trtqat calibrate --checkpoint " + str(path)}.get(

@@ -45,7 +45,21 @@ from trtqat.transformers.recipes import (
     set_amax,
 )
 
+_LAZY = {"export_encoder": "trtqat.transformers.onnx_export",
+         "EncoderExporter": "trtqat.transformers.onnx_export"}
+
+
+def __getattr__(name: str):
+    """``export_encoder`` and ``EncoderExporter``, imported on first use (they need onnx)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "EncoderExporter", "export_encoder",
     "ATTN_IMPLEMENTATION", "MINILM", "Corpus", "EncoderCalibConfig", "EncoderQATConfig",
     "QuantMatMul", "SentenceEncoder", "build_encoder_from_checkpoint", "calibrate_encoder",
     "collect_encoder_stats", "embed", "embedding_fidelity", "encoder_dynamic_axes",

@@ -39,10 +39,14 @@ def encoder_dynamic_axes(input_names: Sequence[str] = INPUT_NAMES,
     return axes
 
 
-def encoder_dynamic_shapes(input_names: Sequence[str] = INPUT_NAMES) -> dict[str, dict]:
-    """``dynamic_shapes`` for the dynamo exporter (``torch.onnx.export(..., dynamo=True)``)."""
+def encoder_dynamic_shapes(input_names: Sequence[str] = INPUT_NAMES,
+                           max_sequence: int | None = None) -> dict[str, dict]:
+    """``dynamic_shapes`` for the dynamo exporter (``torch.onnx.export(..., dynamo=True)``).
+
+    ``max_sequence``: the longest sequence (the model's position embeddings; default 4096).
+    """
     batch = torch.export.Dim(BATCH_AXIS, min=1, max=4096)
-    seq = torch.export.Dim(SEQUENCE_AXIS, min=2, max=4096)
+    seq = torch.export.Dim(SEQUENCE_AXIS, min=2, max=max_sequence or 4096)
     return {name: {0: batch, 1: seq} for name in input_names}
 
 

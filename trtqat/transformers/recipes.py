@@ -204,6 +204,29 @@ def _check_calibrated(student: nn.Module) -> None:
                                   "quantized encoder (calibrate_encoder), not an FP32 one")
 
 
+def tie_qkv_input_ranges(model: nn.Module) -> int:
+    """Make the query, key and value projections of each attention block learn one range.
+
+    The three read the same tensor; TensorRT fuses them into one GEMM only when that tensor
+    has one scale, so their learned input amax becomes one shared parameter (the largest of
+    the three). Blocks where any of the three is skipped or not learning are left alone.
+    Returns the number of blocks tied.
+    """
+    tied = 0
+    for block in model.modules():
+        qs = [getattr(getattr(block, n, None), "_input_quantizer", None)
+              for n in ("query", "key", "value")]
+        if any(q is None or q.disabled or not q.learn_amax for q in qs):
+            continue
+        with torch.no_grad():
+            start = torch.stack([q._amax.detach() for q in qs]).amax(dim=0)
+            qs[0]._amax.copy_(start)
+        for q in qs[1:]:
+            q._amax = qs[0]._amax
+        tied += 1
+    return tied
+
+
 def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Sequence[str],
                 config: EncoderQATConfig | None = None,
                 callback: Callable[[int, float], None] | None = None) -> dict[str, Any]:
@@ -225,6 +248,7 @@ def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Se
         for _, q in quantizers(student):
             if not q.disabled and not q.learn_amax and q.axis is None:
                 q.init_learn_amax()
+        tie_qkv_input_ranges(student)
     teacher.eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
