@@ -61,6 +61,8 @@ def load_backbone(arch: str | Path = MINILM, weights: bool = True) -> nn.Module:
     transformers = require_transformers()
     folder = str(model_dir(arch))
     if weights:
+        # transformers draws its own "Loading weights" bar; trtqat's commands own the output
+        transformers.utils.logging.disable_progress_bar()
         model = transformers.AutoModel.from_pretrained(
             folder, local_files_only=True, attn_implementation="eager")
     else:
