@@ -76,7 +76,8 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     info = {"checkpoint": str(cfg.checkpoint), "stage": stage, "arch": spec["arch"],
             "data": data, "image_size": image_size, "batch_size": batch_size,
             "batches": len(batches), "skip_layers": list(spec.get("skip_layers") or []),
-            "fp32_checkpoint": calib.get("source"), "device": str(device)}
+            "fp32_checkpoint": calib.get("source"), "calib_method": calib.get("method"),
+            "calib_percentile": calib.get("percentile"), "device": str(device)}
     return model, units, batches, info
 
 
@@ -100,11 +101,15 @@ def commands(info: dict[str, Any], skip: list[str], k: int) -> list[str]:
     run = this if this.is_dir() else this.parent
     fp32 = info.get("fp32_checkpoint") or "<the FP32 best.pt of `trtqat train`>"
     layers = ",".join(skip)
+    method = info.get("calib_method")  # recalibrate as the analysed checkpoint was
+    how = f" --method {method}" if method else ""
+    if method == "percentile" and info.get("calib_percentile") is not None:
+        how += f" --percentile {info['calib_percentile']}"
     return [
-        f"trtqat calibrate --checkpoint {fp32} --skip-layers {layers} --out {run}-skip{k}",
+        f"trtqat calibrate --checkpoint {fp32}{how} --skip-layers {layers} --out {run}-skip{k}",
         f"trtqat qat --checkpoint {this} --skip-layers {layers} --out {run.parent}/qat-skip{k}",
         f"trtqat export --checkpoint {this} --skip-layers {layers} --variant int8 "
-        f"--out export-skip{k}",
+        f"--out export/skip{k}",
     ]
 
 
