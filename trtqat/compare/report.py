@@ -6,10 +6,11 @@ import datetime as _dt
 import json
 import os
 import platform
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trtqat.atomic import write_atomic
 
 ENCODER_METRIC = "mean_cosine"  # the report metric of sentence encoders
 
@@ -212,27 +213,15 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
     ax2.invert_yaxis()
     fig.suptitle(f"trtqat compare: {report['backend']} on {report['machine']['cpu']}", fontsize=9)
     fig.tight_layout()
-    _atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
     plt.close(fig)
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_report(report: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
     """Write report.json, report.md and report.png into ``out_dir``; returns their paths."""
     out = Path(out_dir)
     paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}
-    _atomic(paths["json"], lambda f: f.write(json.dumps(report, indent=2).encode()))
-    _atomic(paths["md"], lambda f: f.write(format_markdown(report).encode()))
+    write_atomic(paths["json"], lambda f: f.write(json.dumps(report, indent=2).encode()))
+    write_atomic(paths["md"], lambda f: f.write(format_markdown(report).encode()))
     plot_report(report, paths["png"])
     return paths

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trtqat.atomic import write_atomic
 from trtqat.engines.errors import EngineFileError
 
 MAGIC = b"TRTQAT-ENGINE\n"
@@ -24,21 +24,14 @@ _MAX_HEADER = 16 << 20
 
 def atomic_write(path: str | os.PathLike[str], chunks: bytes | Iterable[bytes]) -> Path:
     """Write to a temporary file beside ``path`` and rename it: readers never see half a file."""
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(chunks, (bytes, bytearray, memoryview)):
         chunks = [bytes(chunks)]
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+
+    def write(f) -> None:
+        for chunk in chunks:
+            f.write(chunk)
+
+    return write_atomic(path, write)
 
 
 def write_engine_file(path: str | os.PathLike[str], header: dict[str, Any],

@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,6 +200,39 @@ def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str) -> 
 
 
 # ------------------------------------------------------------------ writing
+def write_checked(model: onnx.ModelProto, result: ExportResult,
+                  validate: Callable[[str], None] | None = None) -> ExportResult:
+    """Save ``model`` to a temporary file beside ``result.path``, check it, then rename it.
+
+    ``onnx.checker`` (full check) always runs; ``validate(tmp_path)`` adds its checks and
+    lint to ``result``. Any failed check raises :class:`ValidationError` and keeps no file.
+    """
+    path = result.path
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        onnx.save(model, tmp)
+        onnx.checker.check_model(tmp, full_check=True)
+        result.checks.append(val.Check("onnx.checker", True, "full check and strict shape "
+                                       f"inference (opset {result.opset})"))
+        if validate is not None:
+            validate(tmp)
+            if result.lint is not None:
+                result.lint.source = str(path)
+        if not result.passed:
+            failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
+            if result.lint is not None and not result.lint.ok:
+                failed.append(f"lint ({result.lint.errors[0].line()})")
+            raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
+                                  result)
+        os.replace(tmp, path)
+    except onnx.checker.ValidationError as exc:
+        raise ExportError(f"{path.name} is not valid ONNX: "
+                          f"{str(exc).splitlines()[0][:300]}") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return result
+
 def check_writable(folder: str | os.PathLike) -> Path:
     """Create ``folder`` if needed and prove a file can be written there."""
     folder = Path(folder)
@@ -297,30 +330,8 @@ class Exporter:
             model.metadata_props.append(onnx.StringStringEntryProto(
                 key="trtqat.skip_layers", value=",".join(self.skip_layers)))
         result = ExportResult(path, variant, opset, self.dynamic_batch)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            onnx.save(model, tmp)
-            onnx.checker.check_model(tmp, full_check=True)
-            result.checks.append(val.Check("onnx.checker", True, "full check and strict shape "
-                                           f"inference (opset {opset})"))
-            if validate:
-                self._validate(tmp, variant, reference, result)
-                if result.lint is not None:
-                    result.lint.source = str(path)
-            if not result.passed:
-                failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
-                if result.lint is not None and not result.lint.ok:
-                    failed.append(f"lint ({result.lint.errors[0].line()})")
-                raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
-                                      result)
-            os.replace(tmp, path)
-        except onnx.checker.ValidationError as exc:
-            raise ExportError(f"{path.name} is not valid ONNX: "
-                              f"{str(exc).splitlines()[0][:300]}") from None
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-        return result
+        check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
+        return write_checked(model, result, check)
 
     def _validate(self, tmp: str, variant: str, reference: nn.Module,
                   result: ExportResult) -> None:

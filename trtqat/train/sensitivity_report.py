@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trtqat.atomic import write_atomic
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 from trtqat.train.sensitivity import (
     SensitivityConfig,
@@ -114,17 +113,6 @@ def commands(info: dict[str, Any], skip: list[str], k: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------- outputs
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def plot(result: SensitivityResult, path: Path) -> None:
     """sensitivity.png: a horizontal bar chart of the most sensitive layers."""
     import matplotlib
@@ -150,7 +138,7 @@ def plot(result: SensitivityResult, path: Path) -> None:
                  fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    _atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
     plt.close(fig)
 
 
@@ -162,7 +150,7 @@ def write_outputs(result: SensitivityResult, out: Path) -> None:
         raise SensitivityError(f"cannot create output folder {out}: {exc.strerror or exc}"
                                ) from None
     paths = {"json": out / "sensitivity.json", "png": out / "sensitivity.png"}
-    _atomic(paths["json"], lambda f: f.write(json.dumps(result.to_dict(), indent=2).encode()))
+    write_atomic(paths["json"], lambda f: f.write(json.dumps(result.to_dict(), indent=2).encode()))
     plot(result, paths["png"])
     result.paths = {k: str(v) for k, v in paths.items()}
 

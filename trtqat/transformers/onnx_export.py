@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from trtqat.export._torch_export import (
     quiet,
     register_fake_kernels,
 )
-from trtqat.export.errors import ExportError, ValidationError
+from trtqat.export.errors import ExportError
 from trtqat.export.fp16 import FP16_MAX
 from trtqat.export.lint import lint_model
 from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS
@@ -55,6 +54,7 @@ from trtqat.export.onnx_export import (
     _target_opset,
     check_writable,
     prepare,
+    write_checked,
 )
 from trtqat.quant import export_mode
 from trtqat.transformers.checkpoint import TASK
@@ -221,30 +221,8 @@ class EncoderExporter:
         for key, value in props.items():
             model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
         result = ExportResult(path, variant, opset, True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            onnx.save(model, tmp)
-            onnx.checker.check_model(tmp, full_check=True)
-            result.checks.append(val.Check("onnx.checker", True, "full check and strict shape "
-                                           f"inference (opset {opset})"))
-            if validate:
-                self._validate(tmp, variant, reference, result)
-                if result.lint is not None:
-                    result.lint.source = str(path)
-            if not result.passed:
-                failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
-                if result.lint is not None and not result.lint.ok:
-                    failed.append(f"lint ({result.lint.errors[0].line()})")
-                raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
-                                      result)
-            os.replace(tmp, path)
-        except onnx.checker.ValidationError as exc:
-            raise ExportError(f"{path.name} is not valid ONNX: "
-                              f"{str(exc).splitlines()[0][:300]}") from None
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-        return result
+        check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
+        return write_checked(model, result, check)
 
     def _validate(self, tmp: str, variant: str, reference: nn.Module,
                   result: ExportResult) -> None:
