@@ -125,11 +125,15 @@ def _export_failure(model: nn.Module, exc: Exception) -> ExportError:
 
 
 def torch_to_onnx(model: nn.Module, args: Sequence[torch.Tensor], dynamic_batch: bool,
-                  input_names: Sequence[str], output_names: Sequence[str]) -> onnx.ModelProto:
-    """Export ``model`` (eval, quantizers as they are) at :data:`EXPORT_OPSET`."""
+                  input_names: Sequence[str], output_names: Sequence[str],
+                  dynamic_shapes: tuple[dict, ...] | None = None) -> onnx.ModelProto:
+    """Export ``model`` (eval, quantizers as they are) at :data:`EXPORT_OPSET`.
+
+    ``dynamic_batch`` makes axis 0 of every input dynamic; ``dynamic_shapes`` (one
+    ``{axis: torch.export.Dim}`` per input) replaces that for other dynamic axes.
+    """
     register_fake_kernels()
-    dynamic_shapes = None
-    if dynamic_batch:
+    if dynamic_shapes is None and dynamic_batch:
         batch = torch.export.Dim("batch")
         dynamic_shapes = tuple({0: batch} for _ in args)
     try:

@@ -35,14 +35,7 @@ from onnx import numpy_helper
 from torch import nn
 
 from trtqat.export import validate as val
-from trtqat.export._torch_export import (
-    EXPORT_OPSET,
-    _export_failure,
-    _root_user_error,
-    name_nodes,
-    quiet,
-    register_fake_kernels,
-)
+from trtqat.export._torch_export import name_nodes, torch_to_onnx
 from trtqat.export.errors import ExportError
 from trtqat.export.fp16 import FP16_MAX
 from trtqat.export.lint import lint_model
@@ -56,7 +49,6 @@ from trtqat.export.onnx_export import (
     prepare,
     write_checked,
 )
-from trtqat.quant import export_mode
 from trtqat.transformers.checkpoint import TASK
 from trtqat.transformers.export import (
     OUTPUT_NAMES,
@@ -93,23 +85,10 @@ def _check_shapes(shapes: Sequence[tuple[int, int]], limit: int | None) -> list[
 def encoder_to_onnx(model: nn.Module, inputs: dict[str, torch.Tensor],
                     max_sequence: int | None = None) -> onnx.ModelProto:
     """The dynamo export of ``model`` at :data:`EXPORT_OPSET`, batch and sequence dynamic."""
-    register_fake_kernels()
     names = list(inputs)
     shapes = encoder_dynamic_shapes(names, max_sequence=max_sequence)
-    try:
-        with quiet(), export_mode.enabled(), torch.no_grad():
-            program = torch.onnx.export(
-                model, tuple(inputs.values()), dynamo=True, opset_version=EXPORT_OPSET,
-                dynamic_shapes=tuple(shapes[n] for n in names), input_names=names,
-                output_names=list(OUTPUT_NAMES), optimize=True, verbose=False,
-                external_data=False)
-    except Exception as exc:
-        user = _root_user_error(exc)
-        if user is not None:
-            raise user from None
-        log.debug("torch.onnx.export of the encoder failed", exc_info=True)
-        raise _export_failure(model, exc) from None
-    proto = program.model_proto
+    proto = torch_to_onnx(model, tuple(inputs.values()), False, names, OUTPUT_NAMES,
+                          dynamic_shapes=tuple(shapes[n] for n in names))
     name_nodes(proto.graph)
     return proto
 
