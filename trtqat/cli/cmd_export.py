@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -89,21 +89,41 @@ def _validation_loader(ckpt: dict, args, image_size: int):
     return list(islice(val_loader, args.val_batches))
 
 
-def _write_summary(out: Path, args, results: list[dict]) -> None:
-    path = out / "export.json"
+def export_variants(args, out: Path, variants: list[str], path_of: Callable[[str], Path],
+                    export_one: Callable[[Path, str], Any], shape: str,
+                    info: dict[str, Any]) -> int:
+    """Export each variant with ``export_one(path, variant)``, print its checks, write
+    ``export.json`` (``info`` added to it); :class:`ExportError` if any failed its checks."""
+    from trtqat.atomic import write_atomic
+    from trtqat.export import ExportError, ValidationError
+
+    failed, summary = [], []
+    for variant in variants:
+        path = path_of(variant)
+        try:
+            result = export_one(path, variant)
+        except ValidationError as exc:
+            result = exc.result
+            failed.append(path.name)
+        print(f"{path.name}  ({variant}, opset {result.opset}, {shape})")
+        for line in result.lines():
+            print(f"  {line}")
+        print(f"  -> {'not written' if path.name in failed else path}")
+        summary.append(result.to_dict() | {"written": path.name not in failed})
     payload = {"checkpoint": str(args.checkpoint), "variant": args.variant,
-               "opset": args.opset, "batch": args.batch or "dynamic", "results": results}
-    fd, tmp = tempfile.mkstemp(prefix=".export.json.", dir=out)
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, path)
+               "opset": args.opset, **info, "results": summary}
+    write_atomic(out / "export.json", lambda f: f.write(json.dumps(payload, indent=2).encode()))
+    if failed:
+        raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
+                          f"and were not written: {', '.join(failed)}")
+    return 0
 
 
 def run(args) -> int:
     """Export every requested variant; exit 1 if any failed its checks."""
     import torch
 
-    from trtqat.export import Exporter, ExportError, ValidationError, artifact_name
+    from trtqat.export import Exporter, ExportError, artifact_name
     from trtqat.export.naming import INT8_VARIANTS, expand_variants
     from trtqat.export.onnx_export import check_writable
     from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
@@ -137,23 +157,9 @@ def run(args) -> int:
     val = None if args.no_validate else _validation_loader(ckpt, args, image_size)
     exporter = Exporter(model, inputs, dynamic_batch=args.batch is None,
                         fold_bn=not args.no_fold_bn, validation_data=val)
-    failed, summary = [], []
-    for variant in variants:
-        path = out / artifact_name(spec["arch"], stage, variant, args.batch)
-        try:
-            result = exporter.export(path, variant, args.opset, io_dtype=args.io_dtype,
-                                     validate=not args.no_validate)
-        except ValidationError as exc:
-            result = exc.result
-            failed.append(path.name)
-        batch = "dynamic batch" if args.batch is None else f"batch {args.batch}"
-        print(f"{path.name}  ({variant}, opset {result.opset}, {batch})")
-        for line in result.lines():
-            print(f"  {line}")
-        print(f"  -> {'not written' if path.name in failed else path}")
-        summary.append(result.to_dict() | {"written": path.name not in failed})
-    _write_summary(out, args, summary)
-    if failed:
-        raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
-                          f"and were not written: {', '.join(failed)}")
-    return 0
+    return export_variants(
+        args, out, variants, lambda v: out / artifact_name(spec["arch"], stage, v, args.batch),
+        lambda path, v: exporter.export(path, v, args.opset, io_dtype=args.io_dtype,
+                                        validate=not args.no_validate),
+        "dynamic batch" if args.batch is None else f"batch {args.batch}",
+        {"batch": args.batch or "dynamic"})

@@ -7,10 +7,7 @@ the per-check lines and ``export.json`` are those of the CNN path.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,22 +60,10 @@ def _arch_name(arch: str) -> str:
     return MINILM if arch == MINILM else (Path(arch).name or "encoder")
 
 
-def _write_summary(out: Path, args, seq_len: int, results: list[dict[str, Any]]) -> None:
-    payload = {"checkpoint": str(args.checkpoint), "family": "transformer",
-               "variant": args.variant, "opset": args.opset, "batch": "dynamic",
-               "sequence": "dynamic", "seq_len": seq_len, "results": results}
-    fd, tmp = tempfile.mkstemp(prefix=".export.json.", dir=out)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-        os.replace(tmp, out / "export.json")
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
 def run_encoder(args, ckpt: dict[str, Any]) -> int:
     """Export every requested variant of an encoder checkpoint; exit 1 if any failed."""
-    from trtqat.export import ExportError, ValidationError, artifact_name
+    from trtqat.cli.cmd_export import export_variants
+    from trtqat.export import ExportError, artifact_name
     from trtqat.export.naming import INT8_VARIANTS, expand_variants
     from trtqat.export.onnx_export import check_writable
     from trtqat.transformers.checkpoint import build_encoder_from_checkpoint
@@ -106,22 +91,9 @@ def run_encoder(args, ckpt: dict[str, Any]) -> int:
     arch = _arch_name(str(spec["arch"]))
     metadata = {"trtqat.arch": arch, "trtqat.stage": stage,
                 "trtqat.max_length": str(spec.get("max_length", seq_len))}
-    failed, summary = [], []
-    for variant in variants:
-        path = out / artifact_name(arch, stage, variant, None)
-        try:
-            result = exporter.export(path, variant, args.opset, validate=not args.no_validate,
-                                     metadata=metadata)
-        except ValidationError as exc:
-            result = exc.result
-            failed.append(path.name)
-        print(f"{path.name}  ({variant}, opset {result.opset}, dynamic batch and sequence)")
-        for line in result.lines():
-            print(f"  {line}")
-        print(f"  -> {'not written' if path.name in failed else path}")
-        summary.append(result.to_dict() | {"written": path.name not in failed})
-    _write_summary(out, args, seq_len, summary)
-    if failed:
-        raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
-                          f"and were not written: {', '.join(failed)}")
-    return 0
+    return export_variants(
+        args, out, variants, lambda v: out / artifact_name(arch, stage, v, None),
+        lambda path, v: exporter.export(path, v, args.opset, validate=not args.no_validate,
+                                        metadata=metadata),
+        "dynamic batch and sequence",
+        {"family": "transformer", "batch": "dynamic", "sequence": "dynamic", "seq_len": seq_len})
