@@ -178,17 +178,11 @@ def _feed(data: EncoderData, batch: int, names: list[str]) -> dict[str, np.ndarr
 
 def measure_encoder_variant(variant: Variant, cfg, data: EncoderData) -> VariantResult:
     """Export (if needed), build (if needed), then measure fidelity and speed of one encoder."""
-    from trtqat.compare.run import _node_counts
+    from trtqat.compare.run import _node_counts, start_variant
     from trtqat.engines import BenchmarkSettings
     from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
 
-    result = VariantResult(variant.name, variant.precision,
-                           source=str(variant.checkpoint or variant.onnx))
-    onnx_path = variant.onnx or Path(cfg.export_dir) / f"{variant.arch}-{variant.name}.onnx"
-    engine_path = Path(cfg.out) / f"{onnx_path.stem}.{cfg.backend}.engine"
-    result.onnx, result.engine = str(onnx_path), str(engine_path)
-    if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
-        _export(variant, onnx_path, data)
+    result, onnx_path, engine_path = start_variant(variant, cfg, lambda p: _export(variant, p, data))
     names = [s.name for s in onnx_input_specs(load_onnx(onnx_path))]
     missing = [n for n in names if n not in data.batches[0]]
     if missing:

@@ -150,18 +150,26 @@ def _node_counts(engine) -> dict[str, int]:
     return {"integer": int(counts["integer_total"]), "float": int(counts["float_total"])}
 
 
-def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> VariantResult:
-    """Export (if needed), build (if needed), then measure accuracy and speed of one variant."""
-    from trtqat.engines import BenchmarkSettings
-    from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
-
+def start_variant(variant: Variant, cfg: CompareConfig, export: Callable[[Path], None]
+                  ) -> tuple[VariantResult, Path, Path]:
+    """``(result to fill, ONNX path, engine path)``; ``export(onnx_path)`` runs if the
+    variant comes from a checkpoint and its ONNX is missing (or ``--fresh``)."""
     result = VariantResult(variant.name, variant.precision,
                            source=str(variant.checkpoint or variant.onnx))
     onnx_path = variant.onnx or Path(cfg.export_dir) / f"{variant.arch}-{variant.name}.onnx"
     engine_path = Path(cfg.out) / f"{onnx_path.stem}.{cfg.backend}.engine"
     result.onnx, result.engine = str(onnx_path), str(engine_path)
     if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
-        _export(variant, onnx_path, data)
+        export(onnx_path)
+    return result, onnx_path, engine_path
+
+
+def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> VariantResult:
+    """Export (if needed), build (if needed), then measure accuracy and speed of one variant."""
+    from trtqat.engines import BenchmarkSettings
+    from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
+
+    result, onnx_path, engine_path = start_variant(variant, cfg, lambda p: _export(variant, p, data))
     name = onnx_input_specs(load_onnx(onnx_path))[0].name
     engine = _build(variant, onnx_path, engine_path, cfg, data, name, data.val[0][0].shape[1:])
     result.nodes = _node_counts(engine)
