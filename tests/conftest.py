@@ -15,3 +15,13 @@ def _seed():
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test on one torch thread: on a small shared machine two OpenMP threads spin
+    against each other. Directories whose tests are all compute-bound use it autouse."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

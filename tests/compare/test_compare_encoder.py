@@ -6,11 +6,11 @@ import json
 import math
 import os
 import random
-import string
 from pathlib import Path
 
 import pytest
 import torch
+from tiny_bert import save_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -25,16 +25,7 @@ VARIANTS = ("fp32", "qat-int8")
 
 
 def _tiny_bert(folder: Path) -> Path:
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    letters = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase]
-    vocab = {t: i for i, t in enumerate(dict.fromkeys(specials + [".", ","] + letters + WORDS))}
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.BertTokenizer(vocab=vocab).save_pretrained(folder)
-    return folder
+    return save_tiny_bert(folder, WORDS)
 
 
 def _sentences(path: Path, n: int = 60) -> Path:

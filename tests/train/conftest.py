@@ -22,12 +22,8 @@ def fp32_opts() -> dict:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    # On a small shared machine two OpenMP threads spin against each other.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """Every test here runs on one thread (``one_thread`` in tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")

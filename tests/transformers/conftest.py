@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import string
 from pathlib import Path
 
 import pytest
-import torch
+from tiny_bert import save_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -24,37 +23,19 @@ SENTENCES = [
     "Every calibrator computes a range from the same histogram.",
     "Short one.",
 ]
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def _vocab() -> dict[str, int]:
-    words = sorted({w.strip(".,").lower() for s in SENTENCES for w in s.split()})
-    letters = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase]
-    tokens = SPECIALS + [".", ","] + letters + [w for w in words if w not in letters]
-    return {t: i for i, t in enumerate(dict.fromkeys(tokens))}
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    # On a small shared machine two OpenMP threads spin against each other.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """Every test here runs on one thread (``one_thread`` in tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     """A 2-layer, 32-wide random BertModel + tokenizer saved with save_pretrained."""
     folder = tmp_path_factory.mktemp("tiny-bert")
-    vocab = _vocab()
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.BertTokenizer(vocab=vocab).save_pretrained(folder)
-    return folder
+    words = sorted({w.strip(".,").lower() for s in SENTENCES for w in s.split()})
+    return save_tiny_bert(folder, words)
 
 
 @pytest.fixture
