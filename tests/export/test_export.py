@@ -131,7 +131,7 @@ def test_failed_check_keeps_no_file(tmp_path, tiny_q, monkeypatch):
 
 
 def test_wrong_scale_is_caught(tmp_path, tiny_q, monkeypatch):
-    """A Q/DQ scale off by 50% on one layer fails the INT8 comparison."""
+    """A Q/DQ scale off by 50% on one layer fails the Q/DQ inventory."""
     from trtqat.export import onnx_export
 
     original = onnx_export.quantize_weights
@@ -146,7 +146,7 @@ def test_wrong_scale_is_caught(tmp_path, tiny_q, monkeypatch):
         return original(model)
 
     monkeypatch.setattr(onnx_export, "quantize_weights", corrupt)
-    with pytest.raises(ValidationError, match="vs PyTorch fake-quant"):
+    with pytest.raises(ValidationError, match=r"Q/DQ vs quantizers: conv2._input_quantizer.* scale"):
         export_onnx(tiny_q, batches(1, batch=2)[0], tmp_path / "bad.onnx", "int8",
                     validation_data=[(x,) for x in batches(2, seed=4)])
     assert not list(tmp_path.iterdir())

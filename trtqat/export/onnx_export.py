@@ -22,6 +22,7 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from trtqat.export import criterion as crit
 from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
 from trtqat.export._torch_export import EXPORT_OPSET, name_nodes, torch_to_onnx
@@ -31,6 +32,7 @@ from trtqat.export.fp16 import convert_to_fp16
 from trtqat.export.lint import LintReport, lint_model
 from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS, VARIANTS
 from trtqat.export.opset import convert_opset
+from trtqat.export.qdq_check import check_qdq_inventory
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -65,10 +67,10 @@ class ExportResult:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "variant": self.variant, "opset": self.opset,
-                "dynamic_batch": self.dynamic_batch, "passed": self.passed,
-                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
-                           for c in self.checks],
+        return {"path": str(self.path), "variant": self.variant, "opset": int(self.opset),
+                "dynamic_batch": bool(self.dynamic_batch), "passed": bool(self.passed),
+                "checks": [{"name": str(c.name), "passed": bool(c.passed),
+                            "detail": str(c.detail)} for c in self.checks],
                 "lint": None if self.lint is None else self.lint.lines()}
 
 
@@ -283,7 +285,9 @@ class Exporter:
         self.validation_data = validation_data
         self.skip_layers = skipped_layers(model)
         self._graphs: dict[bool, tuple[onnx.ModelProto, nn.Module]] = {}
+        self._traced: dict[bool, nn.Module] = {}
         self._refs: dict[bool, list] = {}
+        self._floors: dict[bool, list | None] = {}
         self._batches: list | None = None
 
     def _graph(self, int8: bool) -> tuple[onnx.ModelProto, nn.Module]:
@@ -297,6 +301,7 @@ class Exporter:
             proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names)
             name_nodes(proto.graph)
             self._graphs[int8] = (proto, reference)
+            self._traced[int8] = traced
         return self._graphs[int8]
 
     def _validation_batches(self) -> list:
@@ -343,9 +348,20 @@ class Exporter:
             got = val.run_ort(session, batch)
             pairs.append(([g[:n] for g in got], [r[:n] for r in ref], is_data))
         names = [o.name for o in session.get_outputs()]
-        result.checks += val.compare(variant, pairs, names)
-        if variant in INT8_VARIANTS:
+        int8 = variant in INT8_VARIANTS
+        floors = self._noise_floor(reference) if int8 else None
+        result.checks += val.compare(variant, pairs, names, floors)
+        if int8:
+            result.checks.append(check_qdq_inventory(onnx.load(tmp), self._traced[True]))
             result.lint = lint_model(tmp)
+
+    def _noise_floor(self, reference: nn.Module) -> list | None:
+        """The INT8 reference in float64 against float32, measured once (see criterion)."""
+        if True not in self._floors:
+            self._floors[True] = crit.noise_floor(crit.float64_reference(reference),
+                                                  self._validation_batches(),
+                                                  self._reference(True, reference))
+        return self._floors[True]
 
 
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,

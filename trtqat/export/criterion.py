@@ -1,0 +1,146 @@
+"""The export criterion: real export bugs fail, accumulated rounding noise is only reported.
+
+An INT8 file computes the same integer codes as the PyTorch fake-quant model except where a
+value sits within float error of a rounding tie: a different summation order then rounds it
+the other way, and over 20 layers such flips accumulate (more in deep or untrained models).
+What that noise amounts to is measured once per export, the **noise floor**: the PyTorch
+fake-quant model run in float64 against the same model in float32, on the same inputs. The
+two differ only in their rounding order, exactly as ONNX Runtime and PyTorch do.
+
+Hard failures (real export bugs):
+
+- a non-finite output (NaN or inf), from ONNX Runtime or from PyTorch;
+- the wrong graph or wrong scales (:mod:`trtqat.export.qdq_check`): an active quantizer
+  without its Q/DQ, or a Q/DQ whose scale is not ``amax / maxbound``;
+- top-1 disagreement beyond what rounding explains: ``k`` disagreements among ``n`` samples
+  fail only when ``k`` exceeds the binomial bound of an allowed rate (0.5%, the 99.5%
+  agreement target, or twice the noise floor's flip rate if that is higher) at a one in
+  1000 false-alarm level. One or two flips on a small sample cannot fail a good export,
+  and a broken one fails however the data is batched;
+- a mean output difference far beyond the noise floor (8x, and at least one step).
+
+Reported, not failing: the share of outputs within one step and the largest difference.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+TOP1_MIN = 0.995  # agreement target: 0.5% disagreement is allowed
+FALSE_ALARM = 1e-3  # chance that a correct export fails the top-1 test
+FLOOR_MARGIN = 2.0  # two float32 orders each differ from float64: up to twice the flips
+# mean |ORT - PyTorch| in steps: at most margin x noise floor, and never below the minimum.
+# fp16 re-rounds every activation (2^-11 instead of 2^-24), so int8-fp16 gets more room.
+MEAN_LIMIT = {"int8": (8.0, 1.0), "int8-fp16": (16.0, 2.0)}
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """Float64 vs float32 PyTorch, one output: mean difference (in that output's steps) and
+    top-1 flips among the samples the agreement is counted on."""
+
+    mean_abs: float
+    flips: int
+    samples: int
+
+    @property
+    def rate(self) -> float:
+        return self.flips / self.samples if self.samples else 0.0
+
+
+def binom_upper(n: int, rate: float, alpha: float = FALSE_ALARM) -> int:
+    """The largest count ``k`` with ``P(X >= k) >= alpha`` for ``X ~ Binomial(n, rate)``:
+    more than ``k`` events are implausible (below ``alpha``) at that rate."""
+    if n <= 0:
+        return 0
+    if rate <= 0:
+        return 0
+    if rate >= 1:
+        return n
+    log_p, log_q = math.log(rate), math.log1p(-rate)
+    terms = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+             + k * log_p + (n - k) * log_q for k in range(n + 1)]
+    tail = 0.0  # P(X >= k), summed from the top
+    for k in range(n, -1, -1):
+        tail += math.exp(terms[k])
+        if tail >= alpha:
+            return k
+    return 0
+
+
+def top1_verdict(agree: int, samples: int, floor: NoiseFloor | None
+                 ) -> tuple[bool, str]:
+    """Pass/fail and the reported line of a top-1 agreement count (see module docstring)."""
+    k = samples - agree
+    rate = 1.0 - TOP1_MIN
+    why = f"{1 - TOP1_MIN:.1%} allowed"
+    if floor is not None and floor.samples and FLOOR_MARGIN * floor.rate > rate:
+        rate = FLOOR_MARGIN * floor.rate
+        why = f"{rate:.1%} allowed: {FLOOR_MARGIN:g}x the noise floor's {floor.flips} flips"
+    bound = binom_upper(samples, rate)
+    ok = k <= bound
+    return ok, (f"{agree / samples:.2%}: {k} of {samples} samples disagree, at most {bound} "
+                f"({why}, 1-in-{round(1 / FALSE_ALARM)} false alarm)")
+
+
+def mean_limit(variant: str, floor: NoiseFloor | None, step: float) -> float:
+    """Largest mean |ORT - PyTorch| (absolute units) that is still rounding noise."""
+    margin, minimum = MEAN_LIMIT.get(variant, MEAN_LIMIT["int8"])
+    floor_mean = floor.mean_abs if floor is not None else 0.0
+    return max(minimum * step, margin * floor_mean)
+
+
+def non_finite(arrays: Sequence[np.ndarray]) -> int:
+    """How many elements of ``arrays`` are NaN or infinite."""
+    return int(sum(int(a.size - np.isfinite(a).sum()) for a in arrays))
+
+
+def float64_reference(model: nn.Module) -> nn.Module | None:
+    """A float64 copy of ``model`` (the other rounding order), or None if it cannot run so."""
+    try:
+        return copy.deepcopy(model).double().eval()
+    except (RuntimeError, TypeError):
+        return None
+
+
+@torch.no_grad()
+def noise_floor(model64: nn.Module | None, batches: Sequence[tuple[tuple[torch.Tensor, ...], int,
+                                                                  bool]],
+                refs: Sequence[Sequence[np.ndarray]]) -> list[NoiseFloor] | None:
+    """One :class:`NoiseFloor` per output: ``model64`` against the float32 ``refs`` on
+    ``batches`` (``(inputs, n_valid, counts_for_top1)``); None if float64 fails."""
+    if model64 is None:
+        return None
+    sums: list[float] = []
+    counts: list[int] = []
+    flips: list[int] = []
+    samples: list[int] = []
+    for (inputs, n, top1), ref in zip(batches, refs):
+        try:
+            out = model64(*(t.double() for t in inputs))
+        except (RuntimeError, TypeError, NotImplementedError):
+            return None
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(sums) < len(outs):
+            sums, counts = [0.0] * len(outs), [0] * len(outs)
+            flips, samples = [0] * len(outs), [0] * len(outs)
+        for i, (o, r) in enumerate(zip(outs, ref)):
+            o64 = o.detach().cpu().numpy()[:n]
+            r = r[:n].astype(np.float64)
+            if o64.shape != r.shape:
+                return None
+            d = np.abs(o64 - r)
+            d = d[np.isfinite(d)]
+            sums[i] += float(d.sum())
+            counts[i] += d.size
+            if top1 and r.ndim == 2 and r.shape[1] > 1:
+                flips[i] += int((o64.argmax(1) != r.argmax(1)).sum())
+                samples[i] += r.shape[0]
+    return [NoiseFloor(s / max(c, 1), f, m) for s, c, f, m in zip(sums, counts, flips, samples)]
