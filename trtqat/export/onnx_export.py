@@ -27,13 +27,14 @@ from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
 from trtqat.export._torch_export import EXPORT_OPSET, name_nodes, torch_to_onnx
 from trtqat.export.errors import ExportError, ValidationError
+from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import convert_to_fp16
 from trtqat.export.lint import LintReport, lint_model
 from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS, VARIANTS
 from trtqat.export.opset import convert_opset
 from trtqat.export.qdq_check import check_qdq_inventory
-from trtqat.quant.model_ops import quantizers
+from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class ExportResult:
     dynamic_batch: bool
     checks: list[val.Check] = field(default_factory=list)
     lint: LintReport | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -59,7 +61,7 @@ class ExportResult:
 
     def lines(self) -> list[str]:
         """Per-check lines, as ``trtqat export`` prints them."""
-        out = [c.line() for c in self.checks]
+        out = [c.line() for c in self.checks] + [f"NOTE  {n}" for n in self.notes]
         if self.lint is not None:
             out.append(f"{'PASS' if self.lint.ok else 'FAIL'}  TensorRT Q/DQ lint: "
                        f"{self.lint.summary()}")
@@ -71,7 +73,8 @@ class ExportResult:
                 "dynamic_batch": bool(self.dynamic_batch), "passed": bool(self.passed),
                 "checks": [{"name": str(c.name), "passed": bool(c.passed),
                             "detail": str(c.detail)} for c in self.checks],
-                "lint": None if self.lint is None else self.lint.lines()}
+                "lint": None if self.lint is None else self.lint.lines(),
+                "notes": [str(n) for n in self.notes]}
 
 
 # ------------------------------------------------------------------ model preparation
@@ -288,21 +291,33 @@ class Exporter:
         self._traced: dict[bool, nn.Module] = {}
         self._refs: dict[bool, list] = {}
         self._floors: dict[bool, list | None] = {}
+        self.notes: list[str] = []  # e.g. layers left in float automatically
         self._batches: list | None = None
 
     def _graph(self, int8: bool) -> tuple[onnx.ModelProto, nn.Module]:
         if int8 not in self._graphs:
             reference = prepare(self.model, int8)
-            traced = fold_batchnorm(reference) if self.fold_bn else reference
-            with torch.no_grad():
-                sample = traced(*self.inputs)
-            n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
-            names = _io_names(len(self.inputs), n_out)
-            proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names)
-            name_nodes(proto.graph)
+            proto, traced = self._trace(reference)
+            fallback = layers_without_int8_form(proto) if int8 else []
+            if fallback:  # e.g. an adaptive pooling that upsamples (a GatherND)
+                disable_layers(reference, fallback)
+                self.skip_layers = tuple(dict.fromkeys([*self.skip_layers, *fallback]))
+                self.notes.append(fallback_note(fallback))
+                log.warning("%s", self.notes[-1])
+                proto, traced = self._trace(reference)
             self._graphs[int8] = (proto, reference)
             self._traced[int8] = traced
         return self._graphs[int8]
+
+    def _trace(self, reference: nn.Module) -> tuple[onnx.ModelProto, nn.Module]:
+        traced = fold_batchnorm(reference) if self.fold_bn else reference
+        with torch.no_grad():
+            sample = traced(*self.inputs)
+        n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
+        names = _io_names(len(self.inputs), n_out)
+        proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names)
+        name_nodes(proto.graph)
+        return proto, traced
 
     def _validation_batches(self) -> list:
         """``(inputs, n_valid, is_validation_data)``: the example inputs, then the data."""
@@ -334,7 +349,8 @@ class Exporter:
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             model.metadata_props.append(onnx.StringStringEntryProto(
                 key="trtqat.skip_layers", value=",".join(self.skip_layers)))
-        result = ExportResult(path, variant, opset, self.dynamic_batch)
+        result = ExportResult(path, variant, opset, self.dynamic_batch,
+                              notes=list(self.notes) if int8 else [])
         check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
         return write_checked(model, result, check)
 

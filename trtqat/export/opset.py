@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 
 from trtqat.export._graph import GraphIndex
@@ -58,7 +59,8 @@ def _retarget(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
 def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
     """Remove attributes the target schema does not know, where that changes nothing.
 
-    ``noop_with_empty_axes=0`` is the older behaviour; ``Reshape(allowzero=1)`` only differs
+    ``noop_with_empty_axes=0`` is the older behaviour; ``Split(num_outputs=n)`` (opset 18,
+    e.g. ShuffleNet's channel split) becomes a Split with explicit sizes; ``Reshape(allowzero=1)`` only differs
     from older Reshape when its shape holds a 0.
     """
     g = GraphIndex(model.graph)
@@ -74,6 +76,10 @@ def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
                 kept.append(a)
             elif a.name == "noop_with_empty_axes" and value == 0:
                 continue
+            elif a.name == "num_outputs" and node.op_type == "Split":
+                if len(node.input) > 1 and node.input[1]:
+                    continue  # explicit sizes given: num_outputs only repeats their count
+                _split_sizes(model, node, int(value))
             elif a.name == "allowzero" and node.op_type == "Reshape":
                 shape = g.constant(node.input[1])
                 if value == 0 or (shape is not None and 0 not in shape.tolist()):
@@ -84,3 +90,33 @@ def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
                 kept.append(a)
         del node.attribute[:]
         node.attribute.extend(kept)
+
+
+def _split_sizes(model: onnx.ModelProto, node: onnx.NodeProto, parts: int) -> None:
+    """Give a ``Split(num_outputs=parts)`` its sizes as an input (opset 13-17 form).
+
+    Opset 18 splits into ``ceil(dim / parts)`` chunks, the last one smaller; older opsets
+    without sizes split evenly, so the sizes are written out when the dim is known.
+    """
+    axis = next((onnx.helper.get_attribute_value(a) for a in node.attribute
+                 if a.name == "axis"), 0)
+    dim = _static_dim(model, node.input[0], axis)
+    if dim is None:
+        return  # no sizes: an even split into len(outputs) parts (ORT checks it)
+    chunk = -(-dim // parts)
+    sizes = [min(chunk, dim - i * chunk) for i in range(parts)]
+    name = f"{node.name or node.output[0]}_split_sizes"
+    model.graph.initializer.append(
+        onnx.numpy_helper.from_array(np.asarray(sizes, dtype=np.int64), name))
+    del node.input[1:]
+    node.input.append(name)
+
+
+def _static_dim(model: onnx.ModelProto, tensor: str, axis: int) -> int | None:
+    """The size of ``tensor`` along ``axis`` if the graph records it."""
+    for info in [*model.graph.value_info, *model.graph.input]:
+        if info.name == tensor:
+            dims = info.type.tensor_type.shape.dim
+            if dims and dims[axis % len(dims)].HasField("dim_value"):
+                return int(dims[axis % len(dims)].dim_value)
+    return None

@@ -75,6 +75,9 @@ def quantize(model: nn.Module, config: QuantConfig | None = None) -> nn.Module:
     if type(model) in FLOAT_TO_QUANT:
         raise QuantConfigError("quantize() takes a model that contains layers, not a single layer: use QuantXxx.from_float(layer)")
     visit(model, "")
+    from trtqat.quant.functional_layers import quantize_functional_layers
+
+    quantize_functional_layers(model)  # Swin attention: F.linear on QuantLinear weights
     name_quantizers(model)
     return model
 

@@ -17,6 +17,7 @@ from torchvision.models.resnet import BasicBlock, Bottleneck
 from trtqat.errors import TrtqatError
 from trtqat.quant import quant_modules
 from trtqat.quant.descriptor import QuantDescriptor
+from trtqat.quant.functional_layers import quantize_functional_layers
 from trtqat.quant.model_ops import name_quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -99,5 +100,6 @@ def build_model(name: str, num_classes: int, quantized: bool = False,
         for c, d in zip(classes, saved):
             c.default_quant_desc_input = d
     add_residual_quantizers(model, quant_desc_input)
+    quantize_functional_layers(model)  # Swin attention calls F.linear on its layers' weights
     name_quantizers(model)
     return model
