@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from trtqat.compare.report import VariantResult
+from trtqat.compare.timing import Timed
 from trtqat.compare.variants import CompareError, Variant
 from trtqat.errors import TrtqatError
 
@@ -106,7 +106,7 @@ def load_encoder_data(variants: list[Variant], settings: dict[str, Any], cfg) ->
     return EncoderData(sentences, ref, batches, calib, tok, cfg.seq_len, info)
 
 
-def _export(variant: Variant, path: Path, data: EncoderData) -> None:
+def _export(variant: Variant, path: Path, data: EncoderData, validate: bool = True) -> None:
     from trtqat.train.checkpoint import load_checkpoint
     from trtqat.transformers.checkpoint import build_encoder_from_checkpoint
     from trtqat.transformers.onnx_export import export_encoder
@@ -115,7 +115,7 @@ def _export(variant: Variant, path: Path, data: EncoderData) -> None:
     quantized = variant.export_variant in ("int8", "int8-fp16")
     model, tok = build_encoder_from_checkpoint(ckpt, quantized=quantized)
     export_encoder(model, tok, path, variant=variant.export_variant,
-                   sentences=data.sentences[:8],
+                   sentences=data.sentences[:8], validate=validate,
                    metadata={ARCH_KEY: str(ckpt["model"]["arch"]), "trtqat.stage":
                              str(ckpt.get("stage"))})
 
@@ -176,27 +176,22 @@ def _feed(data: EncoderData, batch: int, names: list[str]) -> dict[str, np.ndarr
     return {n: enc[n] for n in names}
 
 
-def measure_encoder_variant(variant: Variant, cfg, data: EncoderData) -> VariantResult:
-    """Export (if needed), build (if needed), then measure fidelity and speed of one encoder."""
-    from trtqat.compare.run import _node_counts, start_variant
-    from trtqat.engines import BenchmarkSettings
+def measure_encoder_variant(variant: Variant, cfg, data: EncoderData) -> Timed:
+    """Export (if needed), build (if needed), then measure the fidelity of one encoder; its
+    speed is measured later, interleaved with the other variants."""
+    from trtqat.compare.run import finish_variant, start_variant
     from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
 
-    result, onnx_path, engine_path = start_variant(variant, cfg, lambda p: _export(variant, p, data))
+    result, onnx_path, engine_path = start_variant(
+        variant, cfg, lambda p, check: _export(variant, p, data, check))
     names = [s.name for s in onnx_input_specs(load_onnx(onnx_path))]
     missing = [n for n in names if n not in data.batches[0]]
     if missing:
         raise CompareError(f"{onnx_path} wants input '{missing[0]}', which the tokenizer does "
                            "not make: is it an export of this encoder?")
     engine = _build(variant, onnx_path, engine_path, cfg, data, names, result.notes)
-    result.nodes = _node_counts(engine)
-    result.providers = list(engine.header.get("providers") or [cfg.backend])
-    with engine.runner(**({"threads": cfg.threads} if cfg.backend == "ort" else {})) as runner:
+    runner_kwargs = finish_variant(result, engine, cfg)
+    with engine.runner(**runner_kwargs) as runner:
         result.metrics = _fidelity(runner, data, names)
-        for b in cfg.batch_sizes:
-            settings = BenchmarkSettings(warmup_ms=cfg.warmup_ms, duration_s=cfg.duration_s,
-                                         batch=b)
-            bench = runner.benchmark(_feed(data, b, names), settings)
-            result.latency_ms[b] = float(bench.stats("latency_ms").median)
-            result.throughput[b] = float(bench.throughput_qps)
-    return result
+    return Timed(result, engine, runner_kwargs,
+                 {b: _feed(data, b, names) for b in cfg.batch_sizes})

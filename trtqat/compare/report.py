@@ -13,6 +13,7 @@ from typing import Any
 from trtqat.atomic import write_atomic
 
 ENCODER_METRIC = "mean_cosine"  # the report metric of sentence encoders
+UNSTABLE_SPREAD = 0.10  # a timing figure whose spread exceeds this is flagged
 
 
 @dataclass
@@ -32,11 +33,18 @@ class VariantResult:
     nodes: dict[str, int] = field(default_factory=dict)  # integer/float compute node counts
     providers: list[str] = field(default_factory=list)  # execution providers / backend used
     notes: list[str] = field(default_factory=list)  # e.g. a fallback taken while building
+    # batch -> (max - min) / median over the interleaved timing rounds
+    latency_spread: dict[int, float] = field(default_factory=dict)
+    throughput_spread: dict[int, float] = field(default_factory=dict)
+    rounds: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # per round
+    failed_checks: list[str] = field(default_factory=list)  # measured anyway, marked
+    emulated: bool = False  # the backend only emulates this precision (meant for TensorRT)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["latency_ms"] = {str(k): v for k, v in self.latency_ms.items()}
-        d["throughput"] = {str(k): v for k, v in self.throughput.items()}
+        for key in ("latency_ms", "throughput", "latency_spread", "throughput_spread",
+                    "rounds"):
+            d[key] = {str(k): v for k, v in getattr(self, key).items()}
         return d
 
 
@@ -100,6 +108,9 @@ def build_report(results: list[VariantResult], *, backend: str, providers: list[
         d["derived"] = {k: v for k, v in _derived(r, ref, metric).items()}
         variants.append(d)
     failed = [r.name for r in results if r.status != "ok"]
+    unstable = [f"{v['name']} {what}@{b} ±{sp:.0%}" for v in variants
+                for what, key in (("latency", "latency_spread"), ("throughput", "throughput_spread"))
+                for b, sp in (v.get(key) or {}).items() if sp > UNSTABLE_SPREAD]
     return {
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
@@ -112,12 +123,30 @@ def build_report(results: list[VariantResult], *, backend: str, providers: list[
         "settings": settings,
         "partial": bool(failed) and len(failed) < len(results),
         "failed": failed,
+        "failed_checks": [r.name for r in results if r.failed_checks],
+        "unstable": unstable,
+        "spread": f"(max - min) / median over the interleaved timing rounds; > "
+                  f"{UNSTABLE_SPREAD:.0%} is flagged as unstable",
         "variants": variants,
     }
 
 
 def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
+
+
+def _with_spread(v: dict[str, Any], key: str, batch: int, spec: str) -> str:
+    """``figure ±spread``, with ``!`` when the spread is above :data:`UNSTABLE_SPREAD`."""
+    value = v[key].get(str(batch))
+    sp = (v.get(f"{key.split('_')[0]}_spread") or {}).get(str(batch))
+    if value is None or sp is None:
+        return _fmt(value, spec)
+    return f"{value:{spec}} ±{sp:.0%}" + (" !" if sp > UNSTABLE_SPREAD else "")
+
+
+def _checks(v: dict[str, Any]) -> str:
+    failed = v.get("failed_checks") or []
+    return "ok" if not failed else f"FAILED: {failed[0].split(':')[0][:40]}"
 
 
 def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -127,25 +156,27 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     lat_b, thr_b = bs[0], bs[-1]
     encoder = metric == ENCODER_METRIC
     header = ["variant", "precision", metric, f"Δ{metric} vs fp32", f"latency@{lat_b} ms",
-              f"speedup@{lat_b}", f"img/s@{thr_b}", "int/float nodes"]
+              f"speedup@{lat_b}", f"img/s@{thr_b}", "int/float nodes", "checks"]
     if encoder:  # embedding fidelity vs the FP32 PyTorch model replaces top-1 and its delta
         header[2:4] = ["cosine vs fp32", "Spearman"]
         header[6] = f"sent/s@{thr_b}"
     rows = []
     for v in report["variants"]:
         if v["status"] != "ok":
-            rows.append([v["name"], v["precision"], "FAILED", (v["error"] or "")[:60], "", "", "", ""])
+            rows.append([v["name"], v["precision"], "FAILED", (v["error"] or "")[:60], "", "", "",
+                         "", "-"])
             continue
         d = v["derived"]
         nodes = v["nodes"]
         rows.append([
-            v["name"], v["precision"],
+            v["name"], v["precision"] + (" (emulated)" if v.get("emulated") else ""),
             _fmt(v["metrics"].get(metric), ".5f" if encoder else ".2f"),
             _fmt(v["metrics"].get("spearman"), ".5f") if encoder else _fmt(d.get("delta"), "+.2f"),
-            _fmt(v["latency_ms"].get(str(lat_b)), ".3f"),
+            _with_spread(v, "latency_ms", lat_b, ".3f"),
             _fmt(d.get(f"speedup@{lat_b}"), ".2f") + ("x" if d.get(f"speedup@{lat_b}") else ""),
-            _fmt(v["throughput"].get(str(thr_b)), ".1f"),
+            _with_spread(v, "throughput", thr_b, ".1f"),
             f"{nodes.get('integer', '-')}/{nodes.get('float', '-')}" if nodes else "-",
+            _checks(v),
         ])
     return header, rows
 
@@ -174,12 +205,31 @@ def format_markdown(report: dict[str, Any]) -> str:
            f"- dataset: {json.dumps(report['dataset'])}",
            f"- versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}",
            f"- generated: {report['generated']}", ""]
+    if report.get("spread"):
+        md.append(f"- timing: median over interleaved rounds ±spread, {report['spread']}")
+    for flag in report.get("unstable") or []:
+        md.append(f"- UNSTABLE: {flag} (the machine's load changed while measuring: rerun "
+                  "with a longer --duration on a quiet machine)")
     for v in report["variants"]:
         if v["status"] != "ok":
             md.append(f"- {v['name']} failed: {v['error']}")
+        for check in v.get("failed_checks") or []:
+            md.append(f"- {v['name']} FAILED CHECK (measured anyway): {check}")
         for note in v.get("notes") or []:
             md.append(f"- {v['name']}: {note}")
     return "\n".join(md) + "\n"
+
+
+def _round_range(v: dict[str, Any], key: str, batch: int, value: float) -> list[list[float]]:
+    """Error bar ``[[below], [above]]`` of a median from its per-round figures."""
+    per_round = ((v.get("rounds") or {}).get(str(batch)) or {}).get(key) or [value]
+    return [[max(value - min(per_round), 0.0)], [max(max(per_round) - value, 0.0)]]
+
+
+def _label(v: dict[str, Any]) -> str:
+    tags = (" (emulated)" if v.get("emulated") else "") + \
+        (" [check failed]" if v.get("failed_checks") else "")
+    return v["name"] + tags
 
 
 def plot_report(report: dict[str, Any], path: Path) -> None:
@@ -197,18 +247,23 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
         lat = v["latency_ms"].get(str(bs[0]))
         acc = v["metrics"].get(metric)
         if lat is not None and acc is not None:
-            ax1.scatter(lat, acc, s=40)
-            ax1.annotate(v["name"], (lat, acc), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax1.errorbar(lat, acc, xerr=_round_range(v, "latency_ms", bs[0], lat), fmt="o",
+                         capsize=3)
+            ax1.annotate(_label(v), (lat, acc), textcoords="offset points", xytext=(4, 4),
+                         fontsize=8)
     ax1.set_xscale("log")  # CPU fp16 or unfused variants can be 100x slower than the rest
     ax1.set_xlabel(f"median latency, batch {bs[0]} (ms, log scale)")
     encoder = metric == ENCODER_METRIC
     ax1.set_ylabel("mean cosine vs FP32 (held-out sentences)" if encoder else metric)
     ax1.set_title("embedding fidelity vs latency" if encoder else "accuracy vs latency")
     ax1.grid(alpha=0.3)
-    names = [v["name"] for v in ok]
+    names = [_label(v) for v in ok]
     thr = [v["throughput"].get(str(bs[-1])) or 0.0 for v in ok]
-    ax2.barh(names, thr, color="tab:blue")
-    ax2.set_xlabel(f"throughput, batch {bs[-1]} ({'sentences' if encoder else 'images'}/s)")
+    bars = [_round_range(v, "throughput", bs[-1], t) for v, t in zip(ok, thr)]
+    ax2.barh(names, thr, color="tab:blue", capsize=3,
+             xerr=[[e[0][0] for e in bars], [e[1][0] for e in bars]])
+    ax2.set_xlabel(f"throughput, batch {bs[-1]} ({'sentences' if encoder else 'images'}/s; "
+                   "bars: min-max over timing rounds)")
     ax2.set_title("throughput")
     ax2.invert_yaxis()
     fig.suptitle(f"trtqat compare: {report['backend']} on {report['machine']['cpu']}", fontsize=9)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from trtqat.compare.report import VariantResult, build_report, format_table, write_report
+from trtqat.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.compare.variants import CompareError, Variant, discover, explicit
 from trtqat.errors import TrtqatError
 
@@ -82,8 +83,9 @@ def _load_data(data: str, image_size: int, batch: int, calib_batches: int) -> _D
                   "num_classes": num_classes, "calib_batches": len(calib)})
 
 
-def _export(variant: Variant, path: Path, data: _Data) -> None:
-    """Export ``variant`` from its checkpoint to ``path`` (validated by the exporter)."""
+def _export(variant: Variant, path: Path, data: _Data, validate: bool = True) -> None:
+    """Export ``variant`` from its checkpoint to ``path`` (checked unless ``validate`` is
+    False: a variant that failed its checks is still measured, from an unchecked file)."""
     import torch
 
     from trtqat.export import export_onnx
@@ -95,12 +97,14 @@ def _export(variant: Variant, path: Path, data: _Data) -> None:
     example = torch.from_numpy(data.val[0][0][:2])
     validation = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data.val]
     export_onnx(model, example, path, variant=variant.export_variant, dynamic_batch=True,
-                validation_data=validation)
+                validation_data=validation, validate=validate)
 
 
 def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareConfig,
-           data: _Data, input_name: str, sample_shape: Sequence[int]):
+           data: _Data, input_name: str, sample_shape: Sequence[int],
+           result: VariantResult):
     from trtqat.engines import build_engine, load_engine
+    from trtqat.engines.ort_qdq import AgreementError
 
     if engine_path.is_file() and not cfg.fresh and engine_path.stat().st_mtime >= onnx_path.stat().st_mtime:
         return load_engine(engine_path)
@@ -114,7 +118,12 @@ def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareCon
     if cfg.backend == "ort" and variant.precision.startswith("int8"):
         kwargs["ort_prepare"] = "qdq"
         kwargs["calib_feeds"] = [{input_name: x} for x in data.calib]
-    engine = build_engine(onnx_path, cfg.backend, **kwargs)
+    try:
+        engine = build_engine(onnx_path, cfg.backend, **kwargs)
+    except AgreementError as exc:  # measured anyway, marked with the failed check
+        result.failed_checks.append(f"CPU re-encoding agreement: {str(exc).splitlines()[0]}")
+        engine = build_engine(onnx_path, cfg.backend, **kwargs, min_top1=0.0)
+        return engine  # not cached: the next run checks again
     engine.save(engine_path)
     return engine
 
@@ -150,38 +159,68 @@ def _node_counts(engine) -> dict[str, int]:
     return {"integer": int(counts["integer_total"]), "float": int(counts["float_total"])}
 
 
-def start_variant(variant: Variant, cfg: CompareConfig, export: Callable[[Path], None]
+def start_variant(variant: Variant, cfg: CompareConfig, export: Callable[[Path, bool], None]
                   ) -> tuple[VariantResult, Path, Path]:
-    """``(result to fill, ONNX path, engine path)``; ``export(onnx_path)`` runs if the
-    variant comes from a checkpoint and its ONNX is missing (or ``--fresh``)."""
+    """``(result to fill, ONNX path, engine path)``; ``export(onnx_path, validate)`` runs if
+    the variant comes from a checkpoint and its ONNX is missing (or ``--fresh``).
+
+    An export that fails its checks is written unchecked beside it (``*.unchecked.onnx``)
+    and measured, with the failed checks in ``result.failed_checks``.
+    """
+    from trtqat.export import ValidationError
+
     result = VariantResult(variant.name, variant.precision,
                            source=str(variant.checkpoint or variant.onnx))
     onnx_path = variant.onnx or Path(cfg.export_dir) / f"{variant.arch}-{variant.name}.onnx"
+    if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
+        try:
+            export(onnx_path, True)
+        except ValidationError as exc:
+            checks = getattr(exc.result, "checks", None) or []
+            result.failed_checks += [f"{c.name}: {c.detail}" for c in checks if not c.passed]
+            lint = getattr(exc.result, "lint", None)
+            if lint is not None and not lint.ok:
+                result.failed_checks.append(f"lint: {lint.errors[0].line()}")
+            if not result.failed_checks:
+                result.failed_checks.append(str(exc).splitlines()[0])
+            onnx_path = onnx_path.with_name(f"{onnx_path.stem}.unchecked.onnx")
+            export(onnx_path, False)
+            result.notes.append(f"measured from {onnx_path.name}, an export that failed its "
+                                "checks (not usable as a release artifact)")
     engine_path = Path(cfg.out) / f"{onnx_path.stem}.{cfg.backend}.engine"
     result.onnx, result.engine = str(onnx_path), str(engine_path)
-    if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
-        export(onnx_path)
     return result, onnx_path, engine_path
 
 
-def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> VariantResult:
-    """Export (if needed), build (if needed), then measure accuracy and speed of one variant."""
-    from trtqat.engines import BenchmarkSettings
-    from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
-
-    result, onnx_path, engine_path = start_variant(variant, cfg, lambda p: _export(variant, p, data))
-    name = onnx_input_specs(load_onnx(onnx_path))[0].name
-    engine = _build(variant, onnx_path, engine_path, cfg, data, name, data.val[0][0].shape[1:])
+def finish_variant(result: VariantResult, engine, cfg: CompareConfig) -> dict[str, Any]:
+    """Node counts, providers and the emulation mark of a built engine; returns the runner
+    options (threads for ORT)."""
     result.nodes = _node_counts(engine)
     result.providers = list(engine.header.get("providers") or [cfg.backend])
-    with engine.runner(**({"threads": cfg.threads} if cfg.backend == "ort" else {})) as runner:
+    cpu_only = all("cpu" in str(p).lower() for p in result.providers)
+    if cfg.backend == "ort" and cpu_only and "fp16" in result.precision:
+        result.emulated = True
+        result.notes.append("emulated: ORT's CPU provider runs fp16 in float (casts around "
+                            "float kernels), so this figure says nothing about fp16 speed; "
+                            "the variant is meant for TensorRT")
+    return {"threads": cfg.threads} if cfg.backend == "ort" else {}
+
+
+def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> Timed:
+    """Export (if needed), build (if needed), then measure the accuracy of one variant; its
+    speed is measured later, interleaved with the others (:func:`time_interleaved`)."""
+    from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
+
+    result, onnx_path, engine_path = start_variant(
+        variant, cfg, lambda p, check: _export(variant, p, data, check))
+    name = onnx_input_specs(load_onnx(onnx_path))[0].name
+    engine = _build(variant, onnx_path, engine_path, cfg, data, name, data.val[0][0].shape[1:],
+                    result)
+    runner_kwargs = finish_variant(result, engine, cfg)
+    with engine.runner(**runner_kwargs) as runner:
         result.metrics = _accuracy(runner, data, name)
-        for b in cfg.batch_sizes:
-            settings = BenchmarkSettings(warmup_ms=cfg.warmup_ms, duration_s=cfg.duration_s, batch=b)
-            bench = runner.benchmark({name: _feed(data, b)}, settings)
-            result.latency_ms[b] = float(bench.stats("latency_ms").median)
-            result.throughput[b] = float(bench.throughput_qps)
-    return result
+    return Timed(result, engine, runner_kwargs,
+                 {b: {name: _feed(data, b)} for b in cfg.batch_sizes})
 
 
 def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -224,12 +263,14 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
         data = _load_data(data_name, int(image_size), max(cfg.batch_sizes), cfg.calib_batches)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     Path(cfg.export_dir).mkdir(parents=True, exist_ok=True)
-    results = []
+    results, timed = [], []
     for i, v in enumerate(variants, 1):
         echo(f"[{i}/{len(variants)}] {v.name} ({v.precision}): export, build, measure ...")
         t0 = time.perf_counter()
         try:
-            r = measure(v, cfg, data)
+            t = measure(v, cfg, data)
+            timed.append(t)
+            r = t.result
         except TrtqatError as exc:
             r = VariantResult(v.name, v.precision, source=str(v.checkpoint or v.onnx),
                               status="failed", error=str(exc).splitlines()[0])
@@ -239,7 +280,10 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
                               status="failed", error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         results.append(r)
         status = "ok" if r.status == "ok" else f"FAILED: {r.error}"
+        if r.status == "ok" and r.failed_checks:
+            status = f"CHECK FAILED (measured anyway): {r.failed_checks[0][:120]}"
         echo(f"      {status} ({time.perf_counter() - t0:.1f}s)")
+    time_interleaved(timed, cfg.batch_sizes, cfg.duration_s, cfg.warmup_ms, echo=echo)
     if all(r.status != "ok" for r in results):
         raise CompareError("every variant failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
     providers = sorted({p for r in results for p in getattr(r, "providers", [])}) or [backend]
@@ -248,7 +292,9 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
                           settings={"duration_s": cfg.duration_s, "warmup_ms": cfg.warmup_ms,
                                     "threads": cfg.threads, "run": cfg.run,
                                     "measurement": "trtexec model: median latency, "
-                                    "throughput = batch x queries / walltime"})
+                                    "throughput = batch x queries / walltime; variants "
+                                    f"interleaved in {ROUNDS} rotated rounds of duration / "
+                                    f"{ROUNDS}, figures are medians over rounds"})
     paths = write_report(report, cfg.out)
     report["files"] = {k: str(v) for k, v in paths.items()}
     echo("")
@@ -257,6 +303,11 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
     echo(f"report: {paths['md']}  {paths['json']}  {paths['png']}")
     if report["partial"]:
         echo(f"PARTIAL: {', '.join(report['failed'])} failed (see report.md)")
+    if report["failed_checks"]:
+        echo(f"CHECKS FAILED: {', '.join(report['failed_checks'])} (measured anyway, marked "
+             "in report.md)")
+    for flag in report["unstable"]:
+        echo(f"UNSTABLE: {flag}")
     return report
 
 

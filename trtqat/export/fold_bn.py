@@ -3,7 +3,8 @@
 Folding scales output channel ``c`` of the weight by ``s_c = gamma_c / sqrt(var_c + eps)``.
 A per-channel weight quantizer stays exact when its amax scales by ``|s_c|`` too: the step
 ``amax_c / 127`` scales by the same factor as the weights, so every integer code is the same
-(negated where ``s_c < 0``). A per-tensor weight quantizer cannot follow a per-channel scale;
+(negated where ``s_c < 0``); the dequantized weights are folded, so that no code sits on a
+rounding tie. A per-tensor weight quantizer cannot follow a per-channel scale;
 it is recalibrated to the folded weights' maximum, which changes its rounding (logged).
 """
 
@@ -101,12 +102,20 @@ def fold_conv_bn(conv: _ConvNd, bn: _BatchNorm) -> bool:
         shift = shift + bn.bias.double()
     shape = [1, -1] if transposed else [-1]
     shape += [1] * (w.dim() - len(shape))
-    new_w = (w.double() * scale.reshape(shape)).to(w.dtype)
+    quantizer = getattr(conv, "_weight_quantizer", None)
+    source = w
+    if (isinstance(quantizer, TensorQuantizer) and quantizer._amax is not None
+            and not quantizer.disabled and quantizer.amax.numel() == out_ch):
+        # fold the weights PyTorch uses, the dequantized codes: (k * step) * s over
+        # step * |s| is +-k up to float error, so no code sits on a rounding tie and flips
+        # (folding the raw float weights flips the rare weight at a tie; one flipped code
+        # shifts a whole channel, which deep untrained models amplify to many steps)
+        source = quantizer(w)
+    new_w = (source.double() * scale.reshape(shape)).to(w.dtype)
     bias = conv.bias.double() if conv.bias is not None else torch.zeros_like(scale)
     new_b = (bias * scale + shift).to(w.dtype)
     conv.weight = nn.Parameter(new_w, requires_grad=w.requires_grad)
     conv.bias = nn.Parameter(new_b, requires_grad=w.requires_grad)
-    quantizer = getattr(conv, "_weight_quantizer", None)
     if isinstance(quantizer, TensorQuantizer) and quantizer._amax is not None:
         amax = quantizer._amax.detach()
         if amax.numel() == out_ch:

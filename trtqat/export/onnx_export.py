@@ -105,13 +105,35 @@ def check_quantizers(model: nn.Module) -> int:
     return len(active)
 
 
+def as_deployed(model: nn.Module) -> int:
+    """Make signed narrow-range activation quantizers clip at -128 (in place); returns how
+    many changed.
+
+    ONNX QuantizeLinear and TensorRT clip int8 to [-128, 127] whatever the training
+    range was, so a narrow-range ([-127, 127]) activation that falls below ``-amax`` on new
+    data becomes -128 in the file and -127 in PyTorch. The scale (``amax / 127``) is the
+    same. The exported reference computes what the file and TensorRT compute; a full-range
+    quantizer is unchanged. Weights are stored as int8 codes in their own range.
+    """
+    count = 0
+    for name, q in quantizers(model):
+        if name.endswith("_weight_quantizer") or q.unsigned or not q.narrow_range:
+            continue
+        q._narrow_range = False
+        q._qmin = -q._qmax - 1
+        count += 1
+    return count
+
+
 def prepare(model: nn.Module, int8: bool) -> nn.Module:
-    """An eval-mode copy: quantizers checked (INT8) or disabled (float), no gradients."""
+    """An eval-mode copy: quantizers checked (INT8, activations clipped as deployed, see
+    :func:`as_deployed`) or disabled (float), no gradients."""
     ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     if int8:
         check_quantizers(ref)
+        as_deployed(ref)
     else:
         for m in ref.modules():
             if isinstance(m, TensorQuantizer):

@@ -50,8 +50,7 @@ class _RoutedAttention:
 
 
 def _attention_classes() -> dict[type, type]:
-    from torchvision.models.swin_transformer import (ShiftedWindowAttention,
-                                                     ShiftedWindowAttentionV2)
+    from torchvision.models.swin_transformer import ShiftedWindowAttention, ShiftedWindowAttentionV2
 
     return {ShiftedWindowAttention: QuantShiftedWindowAttention,
             ShiftedWindowAttentionV2: QuantShiftedWindowAttentionV2}
