@@ -184,11 +184,13 @@ def test_unwritable_output_folder(tmp_path, tiny_q):
         export_onnx(tiny_q, batches(1)[0], blocker / "sub" / "m.onnx", "fp32")
 
 
-def test_op_without_int8_form_suggests_float(tmp_path):
+def test_op_without_int8_form_is_left_in_float_with_a_note(tmp_path):
+    """A quantizer feeding an op with no INT8 form (here Sigmoid) is disabled automatically:
+    the export passes, says so, and the lint records the layer as float on purpose."""
     from export_testlib import MAX_CALIB
 
-    from trtqat.quant import TensorQuantizer, collect_stats, compute_amax
-    from trtqat.quant.model_ops import name_quantizers
+    from trtqat.quant import TensorQuantizer, collect_stats, compute_amax, quantize
+    from trtqat.quant.model_ops import QuantConfig, name_quantizers
 
     class Gate(torch.nn.Module):
         def __init__(self):
@@ -200,10 +202,14 @@ def test_op_without_int8_form_suggests_float(tmp_path):
         def forward(self, x):
             return torch.sigmoid(self.gate._input_quantizer(self.conv(x)))
 
-    model = Gate().eval()
+    model = quantize(Gate(), QuantConfig(quant_desc_input=MAX_CALIB)).eval()
     name_quantizers(model)
     collect_stats(model, [torch.randn(2, 3, 8, 8)], progress=False)
     compute_amax(model)
-    with pytest.raises(ValidationError, match=r"Sigmoid .*no INT8 form.*--skip-layers gate"):
-        export_onnx(model, torch.randn(2, 3, 8, 8), tmp_path / "g.onnx", "int8")
-    assert not list(tmp_path.iterdir())
+    result = export_onnx(model, torch.randn(2, 3, 8, 8), tmp_path / "g.onnx", "int8")
+    assert result.passed
+    assert any("left in float automatically" in n and "gate" in n for n in result.notes)
+    assert any(line.startswith("NOTE") for line in result.lines())
+    graph = onnx.load(tmp_path / "g.onnx").graph
+    assert not [n for n in graph.node if n.name.startswith("gate.")]
+    assert any(n.name.startswith("conv._input_quantizer") for n in graph.node)
