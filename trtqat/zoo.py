@@ -66,10 +66,14 @@ def synthetic_batches(n: int, batch: int, size: int, seed: int = 0) -> list[torc
 
 @torch.no_grad()
 def settle_batchnorm(model: nn.Module, data: list[torch.Tensor]) -> None:
-    """BatchNorm running statistics from ``data`` with quantizers off, as after training."""
+    """BatchNorm running statistics from ``data`` with quantizers off, and random values in
+    all-zero weight matrices, as after training."""
     from trtqat.quant.model_ops import disable_quantization, enable_quantization
 
     disable_quantization(model)
+    for p in model.parameters():  # zero-initialised heads (ViT) are nonzero once trained
+        if p.dim() > 1 and not bool(p.any()):
+            nn.init.normal_(p, std=0.02)
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.reset_running_stats()
@@ -88,6 +92,20 @@ def quantized_model(name: str, num_classes: int = 10) -> nn.Module:
 
     return build_model(name, num_classes, quantized=True,
                        quant_desc_input=QuantDescriptor(num_bits=8))
+
+
+def quantize_model(model: nn.Module) -> nn.Module:
+    """Quantize an already built torchvision model as :func:`quantized_model` does (max
+    calibrators, residual quantizers, Swin's functional projections), in place."""
+    from trtqat.quant.descriptor import QuantDescriptor
+    from trtqat.quant.model_ops import QuantConfig, name_quantizers, quantize
+    from trtqat.train.models import add_residual_quantizers
+
+    desc = QuantDescriptor(num_bits=8)
+    quantize(model, QuantConfig(quant_desc_input=desc))
+    add_residual_quantizers(model, desc)
+    name_quantizers(model)
+    return model
 
 
 def run_ptq(name: str, image_size: int, out_dir: str | Path, *,

@@ -54,4 +54,5 @@ def run(args: argparse.Namespace) -> int:
 
     fields = CompareConfig.__dataclass_fields__
     report = compare(CompareConfig(**{k: v for k, v in vars(args).items() if k in fields}))
-    return 1 if report.get("partial") else 0
+    # a failed variant or a failed check is in the report, and in the exit code
+    return 1 if report.get("partial") or report.get("failed_checks") else 0
