@@ -101,7 +101,7 @@ def _break(monkeypatch, corrupt):
 
     original = onnx_export.quantize_weights
     monkeypatch.setattr(onnx_export, "quantize_weights",
-                        lambda model: (corrupt(model), original(model))[1])
+                        lambda model, **kw: (corrupt(model), original(model, **kw))[1])
 
 
 def test_missing_qdq_pair_fails(tmp_path, tiny_q, monkeypatch):

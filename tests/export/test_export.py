@@ -136,14 +136,14 @@ def test_wrong_scale_is_caught(tmp_path, tiny_q, monkeypatch):
 
     original = onnx_export.quantize_weights
 
-    def corrupt(model):
+    def corrupt(model, **kw):
         for node in model.graph.node:
             if node.name == "conv2._input_quantizer/DequantizeLinear":
                 for init in model.graph.initializer:
                     if init.name == node.input[1]:
                         value = numpy_helper.to_array(init) * 1.5
                         init.CopyFrom(numpy_helper.from_array(value, init.name))
-        return original(model)
+        return original(model, **kw)
 
     monkeypatch.setattr(onnx_export, "quantize_weights", corrupt)
     with pytest.raises(ValidationError, match=r"Q/DQ vs quantizers: conv2._input_quantizer.* scale"):

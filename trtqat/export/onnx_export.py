@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import tempfile
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +24,15 @@ from trtqat.export import criterion as crit
 from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
 from trtqat.export._torch_export import EXPORT_OPSET, name_nodes, torch_to_onnx
-from trtqat.export.errors import ExportError, ValidationError
+from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import convert_to_fp16
-from trtqat.export.lint import LintReport, lint_model
+from trtqat.export.lint import lint_model
 from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS, VARIANTS
 from trtqat.export.opset import convert_opset
 from trtqat.export.qdq_check import check_qdq_inventory
+from trtqat.export.result import ExportResult, check_writable, write_checked
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -41,40 +40,6 @@ log = logging.getLogger(__name__)
 
 MIN_OPSET = 13
 FP16_QDQ_OPSET = 19  # fp16 Q/DQ scales
-
-
-@dataclass
-class ExportResult:
-    """What :func:`export_onnx` wrote and how it was checked."""
-
-    path: Path
-    variant: str
-    opset: int
-    dynamic_batch: bool
-    checks: list[val.Check] = field(default_factory=list)
-    lint: LintReport | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks) and (self.lint is None or self.lint.ok)
-
-    def lines(self) -> list[str]:
-        """Per-check lines, as ``trtqat export`` prints them."""
-        out = [c.line() for c in self.checks] + [f"NOTE  {n}" for n in self.notes]
-        if self.lint is not None:
-            out.append(f"{'PASS' if self.lint.ok else 'FAIL'}  TensorRT Q/DQ lint: "
-                       f"{self.lint.summary()}")
-            out += [f"      {f.line()}" for f in self.lint.findings]
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "variant": self.variant, "opset": int(self.opset),
-                "dynamic_batch": bool(self.dynamic_batch), "passed": bool(self.passed),
-                "checks": [{"name": str(c.name), "passed": bool(c.passed),
-                            "detail": str(c.detail)} for c in self.checks],
-                "lint": None if self.lint is None else self.lint.lines(),
-                "notes": [str(n) for n in self.notes]}
 
 
 # ------------------------------------------------------------------ model preparation
@@ -155,12 +120,13 @@ def _io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------------------ graph passes
-def quantize_weights(model: onnx.ModelProto) -> int:
+def quantize_weights(model: onnx.ModelProto, min_codes: dict[str, int] | None = None) -> int:
     """Replace ``Q(float weight) -> DQ`` by an int8 weight initializer -> DQ (in place).
 
     The codes are computed once, as the PyTorch quantizer does (round half to even, clipped
-    to the narrow range [-127, 127]); the file holds 1 byte per weight, and TensorRT reads
-    DQ on int8 constants as quantized weights. Returns the number of weights converted.
+    to [min, 127]: min is the quantizer's own, from ``min_codes`` by quantizer name, else
+    the narrow range's -127); the file holds 1 byte per weight, and TensorRT reads DQ on
+    int8 constants as quantized weights. Returns the number of weights converted.
     """
     graph = model.graph
     g = GraphIndex(graph)
@@ -177,7 +143,8 @@ def quantize_weights(model: onnx.ModelProto) -> int:
             shape = [1] * w.ndim
             shape[attr(node, "axis", 1) % w.ndim] = -1
             scale = scale.reshape(shape)
-        codes = np.clip(np.rint(w / scale.astype(np.float32)), -127, 127).astype(np.int8)
+        low = (min_codes or {}).get(node.name.split("/")[0], -127)
+        codes = np.clip(np.rint(w / scale.astype(np.float32)), low, 127).astype(np.int8)
         name = f"{node.input[0]}_int8"
         graph.initializer.append(numpy_helper.from_array(codes, name))
         for u in users:
@@ -209,11 +176,12 @@ def skipped_layers(model: nn.Module) -> tuple[str, ...]:
     return tuple(dict.fromkeys(owners))
 
 
-def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str) -> onnx.ModelProto:
+def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str,
+            min_codes: dict[str, int] | None = None) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     if variant in INT8_VARIANTS:
-        quantize_weights(out)
+        quantize_weights(out, min_codes=min_codes)
     out = convert_opset(out, opset)
     if variant in FP16_VARIANTS:
         out = convert_to_fp16(out, io_dtype)
@@ -227,52 +195,6 @@ def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str) -> 
 
 
 # ------------------------------------------------------------------ writing
-def write_checked(model: onnx.ModelProto, result: ExportResult,
-                  validate: Callable[[str], None] | None = None) -> ExportResult:
-    """Save ``model`` to a temporary file beside ``result.path``, check it, then rename it.
-
-    ``onnx.checker`` (full check) always runs; ``validate(tmp_path)`` adds its checks and
-    lint to ``result``. Any failed check raises :class:`ValidationError` and keeps no file.
-    """
-    path = result.path
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        onnx.checker.check_model(tmp, full_check=True)
-        result.checks.append(val.Check("onnx.checker", True, "full check and strict shape "
-                                       f"inference (opset {result.opset})"))
-        if validate is not None:
-            validate(tmp)
-            if result.lint is not None:
-                result.lint.source = str(path)
-        if not result.passed:
-            failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
-            if result.lint is not None and not result.lint.ok:
-                failed.append(f"lint ({result.lint.errors[0].line()})")
-            raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
-                                  result)
-        os.replace(tmp, path)
-    except onnx.checker.ValidationError as exc:
-        raise ExportError(f"{path.name} is not valid ONNX: "
-                          f"{str(exc).splitlines()[0][:300]}") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return result
-
-def check_writable(folder: str | os.PathLike) -> Path:
-    """Create ``folder`` if needed and prove a file can be written there."""
-    folder = Path(folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise ExportError(f"cannot write to output folder {folder}: "
-                          f"{exc.strerror or exc}") from None
-    return folder
-
-
 def _target_opset(variant: str, opset: int) -> int:
     if variant == "int8-fp16" and opset < FP16_QDQ_OPSET:
         log.info("int8-fp16 uses opset %d (fp16 Q/DQ scales need it), not %d",
@@ -367,7 +289,8 @@ class Exporter:
         int8 = variant in INT8_VARIANTS
         opset = _target_opset(variant, opset)
         base, reference = self._graph(int8)
-        model = _finish(base, variant, opset, io_dtype)
+        min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
+        model = _finish(base, variant, opset, io_dtype, min_codes)
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             model.metadata_props.append(onnx.StringStringEntryProto(
                 key="trtqat.skip_layers", value=",".join(self.skip_layers)))
