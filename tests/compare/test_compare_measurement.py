@@ -49,6 +49,14 @@ def test_variants_are_timed_in_interleaved_rotated_rounds():
     assert a.rounds[1]["latency_ms"] == [1.0, 1.0, 1.0]
 
 
+def test_a_variant_whose_timing_crashes_is_failed_and_the_others_still_timed():
+    calls: list = []
+    good, bad = _timed("a", calls, [1.0, 1.0, 1.0]), _timed("b", calls, [])
+    time_interleaved([good, bad], [1], 0.3, 0, rounds=3, echo=lambda _: None)
+    assert good.result.latency_ms[1] == 1.0
+    assert bad.result.status == "failed" and "timing: IndexError" in bad.result.error
+
+
 def test_spread_is_range_over_median():
     assert spread([1.0, 1.1, 1.2]) == pytest.approx(0.2 / 1.1)
     assert spread([5.0]) == 0.0

@@ -55,14 +55,23 @@ def time_interleaved(items: Sequence[Timed], batch_sizes: Sequence[int], duratio
             order = list(range(len(items)))
             order = order[r % len(order):] + order[:r % len(order)] if order else order
             for i in order:
+                if items[i].result.status != "ok":
+                    continue
                 for b in batch_sizes:
                     settings = BenchmarkSettings(warmup_ms=warmup_ms, duration_s=per_round,
                                                  batch=b)
-                    bench = runners[i].benchmark(dict(items[i].feeds[b]), settings)
+                    try:
+                        bench = runners[i].benchmark(dict(items[i].feeds[b]), settings)
+                    except Exception as exc:  # one backend crash must not lose the others
+                        items[i].result.status = "failed"
+                        items[i].result.error = f"timing: {type(exc).__name__}: {exc}"[:300]
+                        break
                     lat[i][b].append(float(bench.stats("latency_ms").median))
                     thr[i][b].append(float(bench.throughput_qps))
     for t, lat_i, thr_i in zip(items, lat, thr):
         res = t.result
+        if res.status != "ok":
+            continue
         for b in batch_sizes:
             res.latency_ms[b] = statistics.median(lat_i[b])
             res.throughput[b] = statistics.median(thr_i[b])
