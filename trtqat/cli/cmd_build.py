@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     """Build, save, print one summary line."""
     from trtqat.engines import builder_class, canonical_backend
 
-    backend = canonical_backend(args.backend)
+    backend = canonical_backend(args.backend or "ort")
     start = time.perf_counter()
     engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)
     path = engine.save(args.out)

@@ -59,7 +59,9 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``trtqat-exec`` and ``trtqat build`` (trtexec spellings)."""
-    parser.add_argument("--backend", default="ort", help="ort (ONNX Runtime, default) or tensorrt")
+    parser.add_argument("--backend", default=None,
+                        help="ort (ONNX Runtime, the default for --onnx) or tensorrt; "
+                        "--loadEngine takes it from the file")
     for flag, text in (("--shapes", "shapes to run with (and min=opt=max when building)"),
                        ("--minShapes", "profile minimum shapes"), ("--optShapes", "profile "
                        "optimum shapes"), ("--maxShapes", "profile maximum shapes")):
@@ -214,14 +216,14 @@ def run(args: argparse.Namespace) -> int:
         OptionsError,
         builder_class,
         canonical_backend,
-        engine_class,
+        load_engine,
         parse_shapes,
         random_feed,
     )
 
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
-    backend = canonical_backend(args.backend)
+    backend = canonical_backend(args.backend) if args.backend else None
     options = build_options_from_args(args)
     settings = BenchmarkSettings(
         warmup_ms=args.warmUp, duration_s=args.duration, iterations=args.iterations,
@@ -229,10 +231,12 @@ def run(args: argparse.Namespace) -> int:
         data_transfers=args.transfers, cuda_graph=args.cuda_graph)
     start = time.perf_counter()
     if args.onnx:
+        backend = backend or "ort"
         engine = builder_class(backend)(options).build(args.onnx)
         verb, source = "built", args.onnx
     else:
-        engine = engine_class(backend).load(args.loadEngine)
+        engine = load_engine(args.loadEngine, backend)
+        backend = engine.backend
         verb, source = "loaded", args.loadEngine
     _say(f"Engine {verb} in {time.perf_counter() - start:.3f} s from {source} "
          f"({backend} {engine.header.get('backend_version')})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 
 from trtqat.engines.errors import EngineFileError, InputError, RunnerStateError, ShapeError
-from trtqat.engines.fileformat import read_engine_file, write_engine_file
+from trtqat.engines.fileformat import EngineFile, read_engine_files, write_engine_files
 from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
 from trtqat.engines.specs import BuildOptions, Shape, TensorSpec, format_shape, resolve_profile
 
@@ -60,27 +61,33 @@ class Engine(ABC):
                          f"{', '.join(s.name for s in self.inputs)}")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the engine file atomically (a temporary file renamed into place)."""
-        return write_engine_file(path, self.header, self.payload)
+        """Write the plain engine (the backend's bytes, unchanged) and its ``.json`` sidecar,
+        each atomically; returns the engine's path."""
+        return write_engine_files(path, self.header, self.payload)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Engine:
-        """Load an engine file of this backend; another backend's or version's file is refused."""
-        header, payload = read_engine_file(path)
+        """Load an engine file of this backend, with or without its sidecar; another
+        backend's or version's file, and foreign or damaged files, are refused."""
+        return cls.from_file(read_engine_files(path))
+
+    @classmethod
+    def from_file(cls, found: EngineFile) -> Engine:
+        """An engine from what :func:`read_engine_files` found."""
+        path, header = found.path, found.header
         if header is None:
-            return cls._load_raw(Path(path), payload)
+            return cls._load_plain(path, found.payload, found.kind)
         backend = header.get("backend")
         if backend != cls.backend:
             raise EngineFileError(f"{path} is a '{backend}' engine, not '{cls.backend}'; run it "
                                   f"with --backend={backend} (or backend='{backend}')")
-        cls._check_version(Path(path), header)
-        return cls(payload, header)
+        cls._check_version(path, header)
+        return cls(found.payload, header)
 
     @classmethod
-    def _load_raw(cls, path: Path, data: bytes) -> Engine:
-        hint = " (it is an ONNX model: pass it with --onnx)" if _looks_like_onnx(data) else ""
-        raise EngineFileError(f"{path} is not a trtqat engine file{hint}; build one with "
-                              f"'trtqat build --backend {cls.backend}'")
+    @abstractmethod
+    def _load_plain(cls, path: Path, data: bytes, kind: str) -> Engine:
+        """An engine from a file without trtqat metadata (kind: onnx or plan)."""
 
     @classmethod
     @abstractmethod
@@ -97,14 +104,6 @@ class Engine(ABC):
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.inputs)
         return f"<{type(self).__name__} {self.header.get('backend_version', '')} inputs: {ins}>"
-
-
-def _looks_like_onnx(data: bytes) -> bool:
-    try:
-        model = onnx.load_from_string(data)
-    except Exception:  # any parse failure means "not ONNX"
-        return False
-    return model.ir_version > 0 and len(model.graph.node) > 0
 
 
 class Builder(ABC):
@@ -141,6 +140,7 @@ class Builder(ABC):
         return {
             "backend": self.backend, "backend_version": backend_version,
             "trtqat_version": __version__, "source": str(path),
+            "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "inputs": [s.to_json() for s in inputs], "outputs": [s.to_json() for s in outputs],
             "build_options": self.options.to_json(),

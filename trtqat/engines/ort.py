@@ -1,4 +1,4 @@
-"""ONNX Runtime backend: the engine is ORT's optimised model plus a header.
+"""ONNX Runtime backend: the engine is ORT's optimised model (a plain ``.onnx``) plus a sidecar.
 
 Building runs the ONNX through an optional ``prepare_model`` step (e.g. the Q/DQ
 re-encoding of ``trtqat.engines.ort_qdq``), then lets ORT optimise it (level ALL) and
@@ -24,7 +24,8 @@ import onnx
 
 from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
-from trtqat.engines.onnx_io import onnx_output_specs
+from trtqat.engines.fileformat import KIND_ONNX
+from trtqat.engines.onnx_io import onnx_input_specs, onnx_output_specs
 from trtqat.engines.specs import PROVIDERS, BuildOptions, TensorSpec, precision_note
 from trtqat.engines.timing import QueryTimes
 
@@ -163,6 +164,19 @@ class OrtEngine(Engine):
             # level-ALL models hold layout-specific kernels (NCHWc): same kind of CPU only
             raise EngineFileError(f"{path} was optimised on {machine}, this is "
                                   f"{platform.machine()}; rebuild it here with 'trtqat build'")
+
+    @classmethod
+    def _load_plain(cls, path: Path, data: bytes, kind: str) -> OrtEngine:
+        """A plain ONNX model (e.g. a saved engine whose sidecar is gone): CPU provider."""
+        if kind != KIND_ONNX:
+            raise EngineFileError(f"{path} is not an ONNX model; if it is a TensorRT plan, load "
+                                  "it with --backend=tensorrt (backend='tensorrt')")
+        model = onnx.load_from_string(data)
+        header = {"backend_version": import_ort().__version__, "source": str(path),
+                  "inputs": [s.to_json() for s in onnx_input_specs(model)],
+                  "outputs": [s.to_json() for s in onnx_output_specs(model)],
+                  "build_options": {}, "sidecar": False}
+        return cls(data, header)
 
     def _runner_impl(self, **kwargs: Any) -> OrtRunner:
         return OrtRunner(self, **kwargs)

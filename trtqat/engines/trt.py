@@ -26,7 +26,7 @@ from trtqat.engines.errors import (
     EngineBuildError,
     EngineFileError,
 )
-from trtqat.engines.fileformat import atomic_write
+from trtqat.engines.fileformat import KIND_ONNX, atomic_write
 from trtqat.engines.onnx_io import read_onnx_bytes
 from trtqat.engines.specs import BuildOptions, TensorSpec, precision_note
 
@@ -102,7 +102,7 @@ def deserialize(trt: Any, plan: bytes, verbose: bool = False) -> Any:
 
 
 class TrtEngine(Engine):
-    """A serialized TensorRT plan plus the trtqat header."""
+    """A serialized TensorRT plan (saved as a plain plan) plus trtqat's metadata."""
 
     backend = "tensorrt"
 
@@ -127,23 +127,29 @@ class TrtEngine(Engine):
                                   "them: rebuild it from the ONNX with 'trtqat build'")
 
     @classmethod
-    def _load_raw(cls, path: Path, data: bytes) -> Engine:
-        """A plain plan file (e.g. from ``trtexec --saveEngine``): read its IO from the engine."""
-        from trtqat.engines.base import _looks_like_onnx
-
-        if _looks_like_onnx(data):
-            raise EngineFileError(f"{path} is an ONNX model, not an engine: pass it with --onnx")
-        trt = import_tensorrt()
+    def _load_plain(cls, path: Path, data: bytes, kind: str) -> Engine:
+        """A plain plan (from ``trtexec --saveEngine`` or a sidecar-less trtqat build): its
+        inputs, outputs and profile come from the deserialized engine."""
+        if kind == KIND_ONNX:
+            raise EngineFileError(f"{path} is an ONNX model, not a TensorRT plan: build an "
+                                  f"engine from it with --onnx={path} --backend=tensorrt")
+        try:
+            trt = import_tensorrt()
+        except BackendUnavailableError:
+            raise BackendUnavailableError(
+                f"{path} is not an ONNX model and has no trtqat sidecar; reading it as a "
+                f"TensorRT plan needs TensorRT: {INSTALL_HINT} (needs an NVIDIA GPU)") from None
         try:
             cuda_engine = deserialize(trt, data)
         except EngineFileError:
-            raise EngineFileError(f"{path} is neither a trtqat engine file nor a TensorRT "
-                                  f"{trt.__version__} plan; rebuild it with 'trtqat build'"
-                                  ) from None
+            raise EngineFileError(f"{path} is neither an ONNX model nor a TensorRT "
+                                  f"{trt.__version__} plan (foreign, damaged, or built by "
+                                  "another TensorRT); rebuild it with 'trtqat build'") from None
         inputs, outputs = engine_io_specs(trt, cuda_engine)
         header = {"backend_version": str(trt.__version__), "source": str(path),
                   "inputs": [s.to_json() for s in inputs],
-                  "outputs": [s.to_json() for s in outputs], "build_options": {}}
+                  "outputs": [s.to_json() for s in outputs], "build_options": {},
+                  "sidecar": False}
         return cls(data, header, cuda_engine)
 
     def _runner_impl(self, **kwargs: Any) -> Runner:
