@@ -159,10 +159,13 @@ class Runner(ABC):
     default_cuda_graph: ClassVar[bool] = False
     # True where the run call returns only after compute (no asynchronous enqueue).
     synchronous: ClassVar[bool] = False
+    # Queries in flight while timing (trtexec keeps two enqueued per stream on TensorRT).
+    inflight_depth: ClassVar[int] = 1
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._active = False
+        self._done: list[QueryTimes] = []
 
     @property
     def is_active(self) -> bool:
@@ -253,6 +256,14 @@ class Runner(ABC):
     @abstractmethod
     def _query_impl(self, data_transfers: bool) -> QueryTimes:
         """One query; times in ms on ``time.perf_counter() * 1000``'s clock."""
+
+    def _submit_impl(self, data_transfers: bool) -> None:
+        """Enqueue one query (pipelined timing); default: run it now with ``_query_impl``."""
+        self._done.append(self._query_impl(data_transfers))
+
+    def _collect_impl(self) -> QueryTimes:
+        """Wait for the oldest submitted query and return its times."""
+        return self._done.pop(0)
 
     def _bench_teardown_impl(self) -> None:
         """Undo ``_bench_setup_impl`` (default: nothing)."""

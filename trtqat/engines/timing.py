@@ -159,25 +159,47 @@ class Stats:
 
 def measure(query: Callable[[], QueryTimes], settings: BenchmarkSettings,
             clock: Callable[[], float] = time.perf_counter) -> tuple[list[QueryTimes], int]:
-    """Run queries until ``iterations`` are counted and warm-up + duration has passed.
+    """Run queries one at a time until ``iterations`` are counted and warm-up + duration has
+    passed (see :func:`measure_pipelined`)."""
+    done: list[QueryTimes] = []
+    return measure_pipelined(lambda: done.append(query()), lambda: done.pop(), 1, settings,
+                             clock)
 
-    Returns the counted queries (times in ms from the start of the run) and the number of
-    warm-up queries discarded (those that started inside the warm-up window).
+
+def measure_pipelined(submit: Callable[[], None], collect: Callable[[], QueryTimes], depth: int,
+                      settings: BenchmarkSettings,
+                      clock: Callable[[], float] = time.perf_counter
+                      ) -> tuple[list[QueryTimes], int]:
+    """trtexec's loop with ``depth`` queries in flight: ``submit()`` enqueues one query,
+    ``collect()`` waits for the oldest and returns its times.
+
+    Runs until ``iterations`` queries are counted and ``warm-up + duration`` has passed, then
+    collects what is still in flight. Returns the counted queries (times in ms from the start
+    of the run) and the number of warm-up queries discarded (those that started inside the
+    warm-up window).
     """
+    if depth < 1:
+        raise OptionsError(f"in-flight depth must be >= 1, got {depth}")
     origin = clock() * 1000.0
     warm_end = origin + settings.warmup_ms
     stop_at = warm_end + settings.duration_s * 1000.0
     counted: list[QueryTimes] = []
-    warmups = 0
-    while True:
-        times = query()
+    warmups = in_flight = 0
+    stopping = False
+    while not stopping or in_flight:
+        while not stopping and in_flight < depth:
+            submit()
+            in_flight += 1
+        times = collect()
+        in_flight -= 1
         start = min(times.enq_start, times.h2d_start, times.compute_start)
         if start >= warm_end:
             counted.append(times.shifted(origin))
         else:
             warmups += 1
         if len(counted) >= settings.iterations and clock() * 1000.0 >= stop_at:
-            return counted, warmups
+            stopping = True
+    return counted, warmups
 
 
 @dataclass
@@ -300,7 +322,9 @@ def run_benchmark(runner: Runner, feed: dict[str, np.ndarray],
     graph = runner.default_cuda_graph if settings.cuda_graph is None else settings.cuda_graph
     runner._bench_setup_impl(feed, transfers, graph)
     try:
-        queries, warmups = measure(lambda: runner._query_impl(transfers), settings)
+        queries, warmups = measure_pipelined(lambda: runner._submit_impl(transfers),
+                                             runner._collect_impl, runner.inflight_depth,
+                                             settings)
         used_graph = bool(getattr(runner, "graph_in_use", graph))
     finally:
         runner._bench_teardown_impl()
