@@ -47,6 +47,15 @@ def test_resolve_profile_fills_min_opt_max() -> None:
     assert x.opt_shape == (1, 3, 8, 8)  # TensorRT: trtexec's "dynamic dims -> 1"
 
 
+def test_shapes_with_min_opt_max_is_the_run_shape_only() -> None:
+    # trtexec's README example: min/opt/max build the profile, --shapes picks the run shape
+    opts = BuildOptions(shapes={"x": (3, 3, 8, 8), "s": (1, 4)}, min_shapes={"x": (1, 3, 8, 8)},
+                        opt_shapes={"x": (2, 3, 8, 8)}, max_shapes={"x": (4, 3, 8, 8)})
+    x, s = resolve_profile([X, S], opts, dynamic_default_one=True)
+    assert (x.min_shape, x.opt_shape, x.max_shape) == ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))
+    assert s.min_shape == s.opt_shape == s.max_shape == (1, 4)  # only in --shapes: min=opt=max
+
+
 @pytest.mark.parametrize("options, needle", [
     (BuildOptions(shapes={"nope": (1,)}), "--shapes: unknown input 'nope'; the model's inputs "
                                           "are: s, x"),
@@ -66,7 +75,7 @@ def test_resolve_profile_errors(options: BuildOptions, needle: str) -> None:
 def test_build_options_are_checked() -> None:
     for bad in ({"builder_optimization_level": 6}, {"memory_pools": {"dla": 1}},
                 {"memory_pools": {"workspace": 0}}, {"threads": -1}, {"providers": ("gpu",)},
-                {"shapes": {"x": (1,)}, "max_shapes": {"x": (2,)}},
+                {"profiling_verbosity": "verbose"},
                 {"shapes": {"x": (1.5,)}}):
         with pytest.raises(OptionsError):
             BuildOptions(**bad)

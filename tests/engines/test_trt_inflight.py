@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtqat.engines import BenchmarkSettings, CudaError, build_engine
+from trtqat.engines import BenchmarkSettings, CudaError, OptionsError, build_engine
 from trtqat.engines.cuda import load_cuda
 from trtqat.engines.timing import QueryTimes, measure_pipelined
 
@@ -79,3 +79,20 @@ def test_device_selects_and_is_checked(fake_trt, fake_cuda, dynamic_onnx) -> Non
     with engine.runner(device=1) as runner:
         runner.infer(x_of(1))
     assert fake_cuda._STATE.device == 1
+
+
+def test_inf_streams_round_robin_over_own_contexts(fake_trt, fake_cuda, dynamic_onnx) -> None:
+    engine = build_engine(dynamic_onnx, "tensorrt", **PROFILE)
+    with engine.runner(streams=2) as runner:
+        assert runner.inflight_depth == 4
+        start = len(fake_trt._calls)
+        result = runner.benchmark(x_of(2), SETTINGS)
+        assert runner._lanes == [runner]  # the extra stream's runner is gone again
+    new = fake_trt._calls[start:]
+    handles = [args[0] for name, args in new if name == "IExecutionContext.execute_async_v3"]
+    assert len(set(handles)) == 2 and handles[:4] == [handles[0], handles[1]] * 2
+    assert [n for n, _ in new].count("ICudaEngine.create_execution_context") == 1
+    assert len(result.queries) == len(handles) >= SETTINGS.iterations
+    assert not fake_cuda._STATE.streams  # every stream destroyed
+    with pytest.raises(OptionsError, match="--infStreams must be an int >= 1"):
+        engine.runner(streams=0)

@@ -94,6 +94,15 @@ class Engine(ABC):
     def _check_version(cls, path: Path, header: Mapping[str, Any]) -> None:
         """Raise EngineFileError when the file was built by an incompatible backend version."""
 
+    def layer_info(self, verbosity: str | None = None) -> dict[str, Any]:
+        """trtexec's layer information, ``{"Layers": [...], "Bindings": [...]}``: layer names,
+        or one object per layer at ``detailed`` verbosity (a TensorRT engine keeps the
+        verbosity it was built with; ONNX Runtime takes ``verbosity`` when given)."""
+        return self._layer_info_impl(verbosity or self.build_options.profiling_verbosity)
+
+    def _layer_info_impl(self, verbosity: str) -> dict[str, Any]:
+        raise InputError(f"the {self.backend} backend gives no layer information")
+
     def runner(self, **kwargs: Any) -> Runner:
         """A new (inactive) runner for this engine; use it as a context manager."""
         return self._runner_impl(**kwargs)

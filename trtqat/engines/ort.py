@@ -178,6 +178,18 @@ class OrtEngine(Engine):
                   "build_options": {}, "sidecar": False}
         return cls(data, header)
 
+    def _layer_info_impl(self, verbosity: str) -> dict[str, Any]:
+        """The optimised model's nodes as trtexec's layer information."""
+        nodes = onnx.load_from_string(self.payload).graph.node
+        names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)]
+        layers: list[Any] = [] if verbosity == "none" else names
+        if verbosity == "detailed":
+            layers = [{"Name": name, "LayerType": n.op_type,
+                       "Inputs": [{"Name": t} for t in n.input if t],
+                       "Outputs": [{"Name": t} for t in n.output if t]}
+                      for name, n in zip(names, nodes)]
+        return {"Layers": layers, "Bindings": [s.name for s in self.inputs + self.outputs]}
+
     def _runner_impl(self, **kwargs: Any) -> OrtRunner:
         return OrtRunner(self, **kwargs)
 

@@ -11,6 +11,7 @@ builder objects, ``cuda_engine`` an ICudaEngine and ``context`` an IExecutionCon
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -152,6 +153,12 @@ class TrtEngine(Engine):
                   "sidecar": False}
         return cls(data, header, cuda_engine)
 
+    def _layer_info_impl(self, verbosity: str) -> dict[str, Any]:
+        """The engine inspector's JSON (the verbosity is the one the plan was built with)."""
+        trt = import_tensorrt()
+        inspector = self.cuda_engine().create_engine_inspector()
+        return json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+
     def _runner_impl(self, **kwargs: Any) -> Runner:
         from trtqat.engines.trt_runner import TrtRunner
 
@@ -183,6 +190,10 @@ class TrtBuilder(Builder):
             config.set_memory_pool_limit(pools[pool], size)
         if options.builder_optimization_level is not None:
             config.builder_optimization_level = options.builder_optimization_level
+        config.profiling_verbosity = {"layer_names_only": trt.ProfilingVerbosity.LAYER_NAMES_ONLY,
+                                      "detailed": trt.ProfilingVerbosity.DETAILED,
+                                      "none": trt.ProfilingVerbosity.NONE,
+                                      }[options.profiling_verbosity]
         self._set_precision(trt, config)
         cache = self._attach_timing_cache(config)
         self._add_profile(trt, builder, network, config, inputs)
