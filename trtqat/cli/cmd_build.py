@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from trtqat.cli.exec_cmd import add_build_arguments, build_options_from_args
+from trtqat.cli.exec_cmd import add_build_arguments, build_options_from_args, warn_ignored_flags
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from trtqat.engines import builder_class, canonical_backend
 
     backend = canonical_backend(args.backend or "ort")
+    warn_ignored_flags(args, backend, loading=False)
     start = time.perf_counter()
     engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)
     path = engine.save(args.out)

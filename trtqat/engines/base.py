@@ -168,6 +168,8 @@ class Runner(ABC):
     default_cuda_graph: ClassVar[bool] = False
     # True where the run call returns only after compute (no asynchronous enqueue).
     synchronous: ClassVar[bool] = False
+    # What the summary calls compute time: "GPU Compute Time", "CPU Compute Time", ...
+    compute_label: ClassVar[str] = "GPU"
     # Queries in flight while timing (trtexec keeps two enqueued per stream on TensorRT).
     inflight_depth: ClassVar[int] = 1
 

@@ -85,7 +85,8 @@ def _major(version: str) -> str:
     return str(version).split(".")[0]
 
 
-def _providers(ort: Any, options: BuildOptions) -> list[tuple[str, dict[str, str]]]:
+def _providers(ort: Any, options: BuildOptions,
+               device: int = 0) -> list[tuple[str, dict[str, str]]]:
     available = ort.get_available_providers()
     out = []
     for short in options.providers:
@@ -94,7 +95,7 @@ def _providers(ort: Any, options: BuildOptions) -> list[tuple[str, dict[str, str
             raise BackendUnavailableError(
                 f"ONNX Runtime provider {name} is not available (this onnxruntime has "
                 f"{', '.join(available)}); install onnxruntime-gpu or use --providers=cpu")
-        opts: dict[str, str] = {}
+        opts: dict[str, str] = {"device_id": str(device)} if short != "cpu" else {}
         if short == "cuda" and options.cuda_graph:
             opts["enable_cuda_graph"] = "1"
         if short == "tensorrt":
@@ -230,9 +231,13 @@ class OrtRunner(Runner):
 
     synchronous = True
 
-    def __init__(self, engine: OrtEngine, threads: int | None = None) -> None:
+    def __init__(self, engine: OrtEngine, threads: int | None = None, device: int = 0) -> None:
         super().__init__(engine)
         self.threads = threads
+        self.device = device  # CUDA device of the cuda/tensorrt providers (trtexec --device)
+        # compute is timed on the host clock: on the CPU, or around a GPU provider's run
+        self.compute_label = ("CPU" if tuple(engine.build_options.providers) == ("cpu",)
+                              else "Host")
         self.session: Any = None
         self.graph_in_use = False
 
@@ -242,8 +247,8 @@ class OrtRunner(Runner):
         so = _session_options(ort, options, self.threads)
         for key, value in so_attrs.items():
             setattr(so, key, value)
-        return _create_session(ort, self.engine.payload, so, _providers(ort, options),
-                               "the engine")
+        return _create_session(ort, self.engine.payload, so,
+                               _providers(ort, options, self.device), "the engine")
 
     def _activate_impl(self) -> None:
         self.session = self._new_session()

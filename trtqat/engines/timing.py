@@ -215,6 +215,9 @@ class BenchmarkResult:
     # A synchronous backend (ONNX Runtime) computes inside the enqueue call, so its enqueue
     # time always contains the compute time and trtexec's enqueue-bound check cannot apply.
     synchronous: bool = False
+    # Where compute is timed: "GPU" (TensorRT's CUDA events), "CPU" or "Host" (ONNX Runtime's
+    # host clock around a synchronous run, on the CPU or another provider).
+    compute_label: str = "GPU"
 
     def _values(self, attr: str) -> list[float]:
         return [getattr(q, attr) for q in self.queries]
@@ -242,24 +245,25 @@ class BenchmarkResult:
         """trtexec's warnings after the summary (enqueue-bound, transfer-bound, unstable)."""
         enq, h2d = self.stats("enqueue_ms"), self.stats("h2d_ms")
         gpu, d2h = self.stats("compute_ms"), self.stats("d2h_ms")
-        out = []
+        out, dev = [], self.compute_label
         if not self.synchronous and enq.median > ENQUEUE_BOUND_RATIO * gpu.median:
-            out += ["* Throughput may be bound by Enqueue Time rather than GPU Compute and the "
-                    "GPU may be under-utilized.",
+            out += [f"* Throughput may be bound by Enqueue Time rather than {dev} Compute and the "
+                    f"{dev} may be under-utilized.",
                     "  If not already in use, --useCudaGraph (utilize CUDA graphs where possible) "
                     "may increase the throughput."]
         if h2d.median >= gpu.median:
             out += ["* Throughput may be bound by host-to-device transfers for the inputs rather "
-                    "than GPU Compute and the GPU may be under-utilized.",
+                    f"than {dev} Compute and the {dev} may be under-utilized.",
                     "  Add --noDataTransfers flag to disable data transfers."]
         if d2h.median >= gpu.median:
             out += ["* Throughput may be bound by device-to-host transfers for the outputs rather "
-                    "than GPU Compute and the GPU may be under-utilized.",
+                    f"than {dev} Compute and the {dev} may be under-utilized.",
                     "  Add --noDataTransfers flag to disable data transfers."]
         if gpu.cov > UNSTABLE_COV_PERCENT:
-            out += [f"* GPU compute time is unstable, with coefficient of variance = {gpu.cov:g}%.",
-                    "  If not already in use, locking GPU clock frequency or adding --useSpinWait "
-                    "may improve the stability."]
+            hint = ("locking GPU clock frequency or adding --useSpinWait" if dev == "GPU"
+                    else "fixing --threads or running on an otherwise idle machine")
+            out += [f"* {dev} compute time is unstable, with coefficient of variance = "
+                    f"{gpu.cov:g}%.", f"  If not already in use, {hint} may improve the stability."]
         return out
 
     def summary_lines(self) -> list[str]:
@@ -271,10 +275,10 @@ class BenchmarkResult:
             f"Latency: {self.stats('latency_ms').line()}",
             f"Enqueue Time: {self.stats('enqueue_ms').line()}",
             f"H2D Latency: {self.stats('h2d_ms').line()}",
-            f"GPU Compute Time: {self.stats('compute_ms').line()}",
+            f"{self.compute_label} Compute Time: {self.stats('compute_ms').line()}",
             f"D2H Latency: {self.stats('d2h_ms').line()}",
             f"Total Host Walltime: {self.walltime_ms / 1000.0:g} s",
-            f"Total GPU Compute Time: {total_compute_s:g} s",
+            f"Total {self.compute_label} Compute Time: {total_compute_s:g} s",
             *self.warnings(),
         ]
 
@@ -331,6 +335,7 @@ def run_benchmark(runner: Runner, feed: dict[str, np.ndarray],
     return BenchmarkResult(queries, settings, warmups, data_transfers=transfers,
                            cuda_graph=used_graph,
                            synchronous=bool(getattr(runner, "synchronous", False)),
+                           compute_label=runner.compute_label,
                            config={"backend": runner.engine.backend,
                                    "backend_version": runner.engine.header.get("backend_version"),
                                    "shapes": {k: list(v.shape) for k, v in feed.items()}})
