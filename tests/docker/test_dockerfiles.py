@@ -44,7 +44,7 @@ IDS = ["gpu", "cpu"]
 PINS = {
     "TORCH_VERSION": ("dependencies", "torch"),
     "TORCHVISION_VERSION": ("dependencies", "torchvision"),
-    "ONNXRUNTIME_VERSION": ("dependencies", "onnxruntime"),
+    "ONNXRUNTIME_VERSION": ("ort", "onnxruntime"),
     "SETUPTOOLS_VERSION": ("build-system", "setuptools"),
     "PYTHON_VERSION": ("requires-python", None),
     "CUDA_PYTHON_VERSION": ("tensorrt", "cuda-python"),

@@ -76,8 +76,9 @@ def import_ort() -> Any:
     try:
         import onnxruntime
     except ImportError:
-        raise BackendUnavailableError("onnxruntime is not installed; pip install onnxruntime "
-                                      "(or onnxruntime-gpu)") from None
+        raise BackendUnavailableError("onnxruntime is not installed; pip install 'trtqat[ort]' "
+                                      "(or 'trtqat[ort-gpu]' for the CUDA and TensorRT "
+                                      "providers)") from None
     return onnxruntime
 
 

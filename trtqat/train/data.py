@@ -82,8 +82,11 @@ class TransformDataset(Dataset):
 
 
 def _digits(image_size: int, augment: bool) -> tuple[Dataset, Dataset, int]:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    from trtqat.optional import require
+
+    load_digits = require("sklearn.datasets", "demo", "the digits data set").load_digits
+    train_test_split = require("sklearn.model_selection", "demo",
+                               "the digits data set").train_test_split
 
     bunch = load_digits()
     x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0  # N,1,8,8 in [0,1]

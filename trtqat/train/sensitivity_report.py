@@ -115,9 +115,9 @@ def commands(info: dict[str, Any], skip: list[str], k: int) -> list[str]:
 # --------------------------------------------------------------------------- outputs
 def plot(result: SensitivityResult, path: Path) -> None:
     """sensitivity.png: a horizontal bar chart of the most sensitive layers."""
-    import matplotlib
+    from trtqat.optional import require
 
-    matplotlib.use("Agg")
+    require("matplotlib", "report", "the sensitivity chart").use("Agg")
     import matplotlib.pyplot as plt
 
     rows = result.rows[:PLOT_LAYERS]
