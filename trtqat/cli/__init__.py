@@ -12,11 +12,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from trtqat.cli.parsing import SubcommandParser, add_common_options
 from trtqat.errors import TrtqatError
 
 # Order shown in --help. A name here is a module trtqat.cli.cmd_<name>.
 COMMANDS = ["demo", "train", "calibrate", "qat", "export", "lint", "build", "compare",
             "sensitivity"]
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Quantization-aware training to fast INT8 engines: train, calibrate (PTQ), "
         "fine-tune (QAT), export Q/DQ ONNX, build and benchmark engines, compare.",
     )
-    parser.add_argument("--log-level", default="WARNING",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS,
+                        help="logging verbosity (default WARNING; also accepted after COMMAND)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for name in COMMANDS:
         try:
@@ -38,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # not part of this build yet
             raise
         module.register(sub)
+    for subparser in sub.choices.values():
+        add_common_options(subparser, LOG_LEVELS)
     return parser
 
 
