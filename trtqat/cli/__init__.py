@@ -12,7 +12,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from trtqat.cli.parsing import SubcommandParser, add_common_options
+from trtqat.cli.parsing import (
+    SubcommandParser,
+    add_common_options,
+    dry_run_line,
+    dry_run_requested,
+)
 from trtqat.errors import TrtqatError
 
 # Order shown in --help. A name here is a module trtqat.cli.cmd_<name>.
@@ -49,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trtqat`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if dry_run_requested():
+        print(dry_run_line("trtqat", sys.argv[1:] if argv is None else argv))
+        return 0
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         result = args.func(args)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from trtqat.cli.exec_feed import make_feed
+from trtqat.cli.parsing import dry_run_line, dry_run_requested
 from trtqat.errors import TrtqatError
 
 PROG = "trtqat-exec"
@@ -305,6 +306,9 @@ def _print_profile(layers: dict[str, float], iterations: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trtqat-exec`` console script."""
     args = build_parser().parse_args(argv)
+    if dry_run_requested():
+        print(dry_run_line(PROG, sys.argv[1:] if argv is None else argv))
+        return 0
     # trtqat's own messages (precision notes, fallbacks) go to stderr as "[W] ..." lines
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname).1s] %(message)s"))

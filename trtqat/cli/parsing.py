@@ -1,10 +1,25 @@
-"""The ``trtqat`` subcommand parser: clean default texts in --help, and the options every
-subcommand accepts after its name (``trtqat train --log-level DEBUG ...``)."""
+"""The ``trtqat`` subcommand parser: clean default texts in --help, the options every
+subcommand accepts after its name (``trtqat train --log-level DEBUG ...``), and the
+parse-only mode (``TRTQAT_DRY_RUN=1``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
+
+DRY_RUN_ENV = "TRTQAT_DRY_RUN"
+
+
+def dry_run_requested() -> bool:
+    """True when ``TRTQAT_DRY_RUN`` is set (not empty/0/false): commands parse their
+    arguments and exit without running (how docker/README.md's examples are tested)."""
+    return os.environ.get(DRY_RUN_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def dry_run_line(prog: str, argv: Any) -> str:
+    """What a dry run prints: the command line it checked."""
+    return f"{prog}: arguments OK ({DRY_RUN_ENV} is set, nothing run): {' '.join(argv)}"
 
 
 def _shown_default(default: Any) -> str | None:
