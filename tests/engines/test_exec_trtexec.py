@@ -120,3 +120,25 @@ def test_tensorrt_run_flags(fake_trt, fake_cuda, capsys, dynamic_onnx, tmp_path)
     assert any(line.startswith("[W] --threads is an ONNX Runtime option") for line in err)
     info = json.loads(layers.read_text())
     assert info["Bindings"] == ["x", "y"] and info["Layers"][0]["LayerType"] == "Conv"
+
+
+def test_old_container_is_re_saved_as_a_plain_engine(capsys, dynamic_onnx, tmp_path) -> None:
+    from trtqat.engines import build_engine
+    from trtqat.engines.fileformat import sidecar_path, write_container_file
+
+    engine = build_engine(dynamic_onnx, "ort")
+    old = write_container_file(tmp_path / "old.engine", engine.header, engine.payload)
+    new = tmp_path / "new.onnx"
+    rc, out, err = run_exec(capsys, f"--loadEngine={old}", f"--saveEngine={new}",
+                            "--skipInference")
+    assert rc == 0 and any("old container layout (deprecated" in line for line in err)
+    assert new.read_bytes() == engine.payload  # the optimised ONNX itself
+    meta = json.loads(sidecar_path(new).read_text())
+    assert meta["backend"] == "ort" and meta["payload_size"] == len(engine.payload)
+    assert "Engine saved to" in out[-1] and "new.onnx.json" in out[-1]
+    # the plain engine loads without warnings, and without its sidecar too
+    rc, _, err = run_exec(capsys, f"--loadEngine={new}", *FAST)
+    assert rc == 0 and not err
+    sidecar_path(new).unlink()
+    rc, out, err = run_exec(capsys, f"--loadEngine={new}", *FAST)
+    assert rc == 0 and any(line.startswith("CPU Compute Time") for line in out)

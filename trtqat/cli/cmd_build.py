@@ -24,6 +24,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, save, print one summary line."""
     from trtqat.engines import builder_class, canonical_backend
+    from trtqat.engines.fileformat import sidecar_path
 
     backend = canonical_backend(args.backend or "ort")
     warn_ignored_flags(args, backend, loading=False)
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)
     path = engine.save(args.out)
     inputs = ", ".join(spec.describe() for spec in engine.inputs)
-    print(f"built {path} ({backend} {engine.header.get('backend_version')}) in "
+    print(f"built {path} (metadata in {sidecar_path(path).name}; {backend} "
+          f"{engine.header.get('backend_version')}) in "
           f"{time.perf_counter() - start:.2f} s; inputs: {inputs}")
     return 0

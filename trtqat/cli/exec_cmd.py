@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         canonical_backend,
         load_engine,
     )
+    from trtqat.engines.fileformat import sidecar_path
 
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
@@ -223,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     # check the run shapes and input files before writing anything
     feed = None if args.skipInference else make_feed(args, engine)
     if args.saveEngine:
-        _say(f"Engine saved to {engine.save(args.saveEngine)}")
+        saved = engine.save(args.saveEngine)
+        _say(f"Engine saved to {saved} (trtqat metadata in {sidecar_path(saved).name})")
     _layer_info(args, engine)
     if feed is None:
         return 0

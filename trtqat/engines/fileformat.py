@@ -80,7 +80,9 @@ def write_engine_files(path: str | os.PathLike[str], header: dict[str, Any],
     """Write ``payload`` unchanged to ``path`` and ``header`` to ``<path>.json`` (atomically)."""
     payload = bytes(payload)
     target = atomic_write(path, payload)
-    meta = dict(header, format=SIDECAR_FORMAT, format_version=SIDECAR_VERSION,
+    meta = {k: v for k, v in header.items() if k not in ("sidecar", "format", "payload_size",
+                                                          "payload_sha256")}
+    meta.update(format=SIDECAR_FORMAT, format_version=SIDECAR_VERSION,
                 engine_file=target.name, payload_size=len(payload),
                 payload_sha256=hashlib.sha256(payload).hexdigest())
     atomic_write(sidecar_path(target), json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n")
