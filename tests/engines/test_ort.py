@@ -226,3 +226,14 @@ def test_refuses_engine_optimised_on_another_machine(dynamic_onnx, tmp_path) -> 
                              engine.payload)
     with pytest.raises(EngineFileError, match="optimised on sparc64"):
         load_engine(path)
+
+
+def test_gpu_providers_get_the_device_id() -> None:
+    class FakeOrt:
+        @staticmethod
+        def get_available_providers() -> list[str]:
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+    providers = ort_backend._providers(FakeOrt, BuildOptions(providers=("cuda",)), device=1)
+    assert providers == [("CUDAExecutionProvider", {"device_id": "1"}),
+                         ("CPUExecutionProvider", {})]

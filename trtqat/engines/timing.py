@@ -228,13 +228,15 @@ class BenchmarkResult:
 
     @property
     def walltime_ms(self) -> float:
-        """From the first counted query's start to the last one's end."""
+        """From the first counted query's start to the last one's end (the earliest start and
+        latest end: with several inference streams queries overlap)."""
         if not self.queries:
             return 0.0
-        first, last = self.queries[0], self.queries[-1]
-        start = first.h2d_start if self.data_transfers else first.compute_start
-        end = last.d2h_end if self.data_transfers else last.compute_end
-        return end - start
+        if self.data_transfers:
+            return (max(q.d2h_end for q in self.queries)
+                    - min(q.h2d_start for q in self.queries))
+        return (max(q.compute_end for q in self.queries)
+                - min(q.compute_start for q in self.queries))
 
     @property
     def throughput_qps(self) -> float:
