@@ -111,7 +111,8 @@ def test_tensorrt_run_flags(fake_trt, fake_cuda, capsys, dynamic_onnx, tmp_path)
     layers = tmp_path / "layers.json"
     rc, out, err = run_exec(capsys, f"--onnx={dynamic_onnx}", "--backend=tensorrt", *PROFILE,
                             "--shapes=x:3x3x8x8", "--useSpinWait", "--infStreams=2",
-                            "--device=0", "--threads=2", "--profilingVerbosity=detailed",
+                            "--device=0", "--threads=2",
+                            "--profilingVerbosity=verbose",  # trtexec's old name of detailed
                             f"--exportLayerInfo={layers}", *FAST)
     assert rc == 0, err
     assert "Input x: float32 3x3x8x8" in out

@@ -64,7 +64,7 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default=None,
                         help="ort (ONNX Runtime, the default for --onnx) or tensorrt; "
                         "--loadEngine takes it from the file")
-    for flag, text in (("--shapes", "shapes to run with (and min=opt=max when building)"),
+    for flag, text in (("--shapes", "run shapes (alone, also min=opt=max when building)"),
                        ("--minShapes", "profile minimum shapes"), ("--optShapes", "profile "
                        "optimum shapes"), ("--maxShapes", "profile maximum shapes")):
         parser.add_argument(flag, metavar="name:1x3x224x224,...", help=text)
@@ -96,6 +96,12 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
 _VERBOSITY_ALIASES = {"default": "layer_names_only", "verbose": "detailed"}
 
 
+def profiling_verbosity(args: argparse.Namespace) -> str | None:
+    """--profilingVerbosity with trtexec's old spellings mapped (None when not given)."""
+    given = args.profilingVerbosity
+    return _VERBOSITY_ALIASES.get(given, given) if given else None
+
+
 def build_options_from_args(args: argparse.Namespace) -> Any:
     """BuildOptions from the shared flags."""
     from trtqat.engines import BuildOptions, parse_shapes
@@ -113,8 +119,7 @@ def build_options_from_args(args: argparse.Namespace) -> Any:
         timing_cache=args.timingCacheFile, threads=args.threads,
         providers=tuple(p.strip() for p in (args.providers or "cpu").split(",") if p.strip()),
         ort_prepare=args.ortPrepare or "auto", verbose=args.verbose,
-        profiling_verbosity=_VERBOSITY_ALIASES.get(args.profilingVerbosity or "",
-                                                   args.profilingVerbosity or "layer_names_only"),
+        profiling_verbosity=profiling_verbosity(args) or "layer_names_only",
         calib_feeds=load_calib_inputs(args.calibInputs) if args.calibInputs else None)
 
 
@@ -267,9 +272,7 @@ def _layer_info(args: argparse.Namespace, engine: Any) -> None:
 
     if not (args.dumpLayerInfo or args.exportLayerInfo):
         return
-    info = engine.layer_info(args.profilingVerbosity and
-                             _VERBOSITY_ALIASES.get(args.profilingVerbosity,
-                                                    args.profilingVerbosity))
+    info = engine.layer_info(profiling_verbosity(args))
     if args.dumpLayerInfo:
         _say("=== Layer Information ===")
         for line in layer_info_lines(info):
