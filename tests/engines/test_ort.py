@@ -85,9 +85,10 @@ def test_refuses_other_backend_version_and_loads_plain_onnx(dynamic_onnx, tmp_pa
     saved.write_bytes(dynamic_onnx.read_bytes())
     with pytest.raises(EngineFileError, match="does not match its sidecar m.onnx.json"):
         load_engine(saved)
-    sidecar_path(saved).write_text("{not json")
-    with pytest.raises(EngineFileError, match="not a trtqat engine sidecar"):
-        load_engine(saved)
+    sidecar_path(saved).write_text("{not json")  # another tool's file: warned and ignored
+    with caplog.at_level("WARNING", "trtqat"):
+        assert load_engine(saved).header["sidecar"] is False
+    assert "m.onnx.json is not a trtqat engine sidecar" in caplog.text
     with pytest.raises(EngineFileError, match="is a JSON file, not an engine"):
         load_engine(sidecar_path(saved))
     (tmp_path / "junk.bin").write_bytes(b"\x01\x02junk")

@@ -93,13 +93,16 @@ def _read_sidecar(path: Path, payload: bytes) -> dict[str, Any] | None:
     side = sidecar_path(path)
     if not side.is_file():
         return None
-    fix = f"rebuild the engine, or delete {side} to load the file without trtqat's metadata"
     try:
         header = json.loads(side.read_text())
         if not isinstance(header, dict) or header.get("format") != SIDECAR_FORMAT:
             raise ValueError("not a trtqat sidecar")
     except (ValueError, UnicodeDecodeError):
-        raise EngineFileError(f"{side} is not a trtqat engine sidecar (damaged?); {fix}") from None
+        # another tool's JSON (or a damaged one): the engine itself is still checked by content
+        log.warning("%s is not a trtqat engine sidecar (damaged, or another tool's file); "
+                    "loading %s without trtqat's metadata", side, path)
+        return None
+    fix = f"rebuild the engine, or delete {side} to load the file without trtqat's metadata"
     if (len(payload) != header.get("payload_size")
             or hashlib.sha256(payload).hexdigest() != header.get("payload_sha256")):
         raise EngineFileError(f"{path} does not match its sidecar {side.name} (truncated, "
