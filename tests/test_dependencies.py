@@ -66,7 +66,8 @@ def test_core_modules_import_without_the_optional_packages() -> None:
 
 def test_require_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     assert require("json", "demo", "x").dumps([]) == "[]"
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    for name in ("matplotlib", "matplotlib.pyplot"):  # even when already imported
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(MissingDependencyError, match=r"the chart needs matplotlib, which is not "
                                                      r"installed; pip install 'trtqat\[report\]'"):
         require("matplotlib.pyplot", "report", "the chart")
