@@ -337,6 +337,15 @@ def test_cpu_image_runs_the_demo_by_default():
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_images_install_the_demo_extra_and_one_onnxruntime(path):
+    # the demo and `compare` need scikit-learn and matplotlib, which left the core
+    _, stages, _ = parse(path)
+    runs = " ".join(run_texts(stages[0]))
+    assert "['optional-dependencies']['demo']" in runs, "the demo extra is not installed"
+    assert '"onnxruntime==${ONNXRUNTIME_VERSION}"' in runs and "onnxruntime-gpu" not in runs
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
 def test_build_smoke_tests_every_console_script(path):
     """The builder runs each console script once, and names no script the package lacks."""
     _, stages, _ = parse(path)
