@@ -84,6 +84,8 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
         settings.setdefault("data", args.get("data", "digits"))
         settings.setdefault("image_size", spec.get("image_size") or args.get("image_size"))
         settings.setdefault("family", spec.get("family", "cnn"))
+        if spec.get("preprocess"):
+            settings.setdefault("preprocess", spec["preprocess"])
     if not found:
         raise CompareError(f"{root} holds no checkpoints (best.pt): run `trtqat train`, "
                            "`calibrate` and `qat` into its sub-folders first, or pass --onnx files")

@@ -160,10 +160,11 @@ def list_images(folder: Path, strict: bool = False, recursive: bool = True) -> l
     if not folder.is_dir():
         raise DataError(f"--data {folder}: no such folder")
     good, bad = _readable_images(folder, recursive)
-    _report_unreadable(bad, folder, strict or not good)
     if not good:
-        raise DataError(f"{folder} holds no images (.jpg, .png, ...): put the calibration "
-                        "images directly in it")
+        found = f" ({len(bad)} unreadable, e.g. {bad[0].name})" if bad else ""
+        raise DataError(f"{folder} holds no images (.jpg, .png, ...){found}: put readable "
+                        "calibration images directly in it")
+    _report_unreadable(bad, folder, strict)
     return good
 
 

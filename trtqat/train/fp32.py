@@ -13,7 +13,8 @@ from trtqat.train import recipes as R
 from trtqat.train.data import make_loaders
 from trtqat.train.data_sources import preprocess_of
 from trtqat.train.loop import NonFiniteLossError, fit
-from trtqat.train.model_source import arch_name, build, describe, load_weights
+from trtqat.train.model_source import arch_name, describe, load_weights
+from trtqat.train.model_source import build as build_model
 from trtqat.train.run_dir import RunDir, check_out_dir
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
 def build_float_model(source: str, num_classes: int, weights: str | None = None
                       ) -> tuple[nn.Module, dict[str, Any]]:
     """The float model to train and the record of where it came from (model_source)."""
-    model = build(source, num_classes)
+    model = build_model(source, num_classes)
     info = describe(source)
     if weights:
         info.update(load_weights(model, source, weights))

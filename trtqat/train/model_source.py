@@ -196,7 +196,8 @@ def resolve_weights(source: str, weights: str) -> Path:
     path = Path(weights)
     if path.is_file():
         return path
-    if kind_of(source) == "torchvision" and not path.suffix:
+    if kind_of(source) == "torchvision" and "/" not in weights and \
+            path.suffix.lower() not in (".pt", ".pth", ".bin", ".ckpt", ".tar"):
         named = _named_torchvision_weights(source, weights)
         if named is not None:
             return _cached_file(named)
@@ -253,12 +254,10 @@ def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], what: str,
     own = model.state_dict()
     shapes = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
               if k in own and own[k].shape != v.shape]
-    missing: list[str] = []
-    unexpected: list[str] = []
-    if not shapes:  # quantizers create their amax buffers while loading
-        result = model.load_state_dict(state, strict=False)
-        missing = [k for k in result.missing_keys if not is_quantizer_key(k)]
-        unexpected = list(result.unexpected_keys)
+    missing = [k for k in own if k not in state and not is_quantizer_key(k)]
+    unexpected = [k for k in state if k not in own and not is_quantizer_key(k)]
+    if not (shapes or missing or unexpected):  # quantizers create amax buffers while loading
+        unexpected = list(model.load_state_dict(state, strict=False).unexpected_keys)
     if shapes or missing or unexpected:
         parts = [f"{name} {_few(keys)}" for name, keys in
                  (("missing", missing), ("unexpected", unexpected), ("shape (file vs model)",
@@ -291,7 +290,8 @@ def source_of(spec: dict[str, Any]) -> str:
     """The model source a checkpoint's ``model`` spec records (its arch for older ones);
     warns when a model file changed since."""
     rec = spec.get("source") or {}
-    source = rec.get("model") or spec["arch"]
+    # a torchvision arch is its own source; timm and file sources have a short arch
+    source = rec.get("model") if rec.get("kind") in ("file", "timm") else spec["arch"]
     if rec.get("file") and Path(rec["file"]).is_file() and rec.get("file_sha256"):
         if sha256(rec["file"]) != rec["file_sha256"]:
             log.warning("model file %s changed since the checkpoint was written", rec["file"])
