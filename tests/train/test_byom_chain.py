@@ -98,3 +98,27 @@ def test_bad_user_inputs_fail_with_one_line(user, tmp_path, capsys, model, extra
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_train_a_grayscale_file_model_from_weights_and_export_it(user, tmp_path, capsys):
+    torch.save(make_float(user / "my_net.py", "gray", num_classes=4).state_dict(),
+               tmp_path / "gray.pt")
+    run = tmp_path / "fp32"
+    assert main(["train", "--model", f"{user / 'my_net.py'}:gray", "--weights",
+                 str(tmp_path / "gray.pt"), "--num-classes", "4", "--channels", "1",
+                 "--data", "synthetic", "--image-size", "16x12", "--epochs", "1",
+                 "--limit-batches", "2", "--batch-size", "8", "--out", str(run), *FAST]) == 0
+    spec = torch.load(run / "best.pt", weights_only=True)["model"]
+    assert spec["source"]["weights_sha256"] and spec["preprocess"]["channels"] == 1
+    assert main(["export", "--checkpoint", str(run), "--variant", "fp32", "--batch", "1",
+                 "--dynamic", "height,width", "--out", str(tmp_path / "x"),
+                 "--val-batches", "1"]) == 0
+    model = onnx.load(str(tmp_path / "x" / "my_net.gray-fp32-b1.onnx"))
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 1, "height", "width"]
+    assert main(["export", "--checkpoint", str(run), "--variant", "fp32", "--batch", "1",
+                 "--dynamic", "batch", "--out", str(tmp_path / "y")]) == 1
+    assert "--batch 1 fixes the batch" in capsys.readouterr().err
+    assert main(["export", "--checkpoint", str(run), "--variant", "fp32", "--dynamic",
+                 "depth", "--out", str(tmp_path / "y")]) == 1
+    assert "unknown axis 'depth'" in capsys.readouterr().err
