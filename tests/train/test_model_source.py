@@ -133,3 +133,13 @@ def test_calibrate_records_the_source_and_rebuilds_from_the_checkpoint(model_fil
     model_file.unlink()
     with pytest.raises(TrtqatError, match="my_net.py does not exist"):
         build_from_checkpoint(ckpt)
+
+
+def test_fine_tuning_keeps_a_new_head_random(model_file, tmp_path, caplog):
+    ref = make_float(model_file, num_classes=3)
+    torch.save(ref.state_dict(), tmp_path / "w3.pt")
+    model = ms.build(f"{model_file}:make", 5)
+    ms.load_weights(model, "x", str(tmp_path / "w3.pt"), new_head=True)
+    assert torch.equal(model[0].weight, ref[0].weight)
+    assert model[-1].out_features == 5
+    assert "7.bias, 7.weight has another class count" in caplog.text

@@ -135,7 +135,7 @@ def build_float_model(source: str, num_classes: int, weights: str | None = None
     model = build_model(source, num_classes)
     info = describe(source)
     if weights:
-        info.update(load_weights(model, source, weights))
+        info.update(load_weights(model, source, weights, new_head=True))
     return model, info
 
 

@@ -248,13 +248,14 @@ def _few(keys: list[str]) -> str:
 
 
 def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], what: str,
-                   hint: str = "") -> None:
+                   hint: str = "", allow_missing: frozenset[str] = frozenset()) -> None:
     """Load ``state`` into ``model`` (quantizer buffers may be absent); a clear error lists a
     few missing, unexpected and wrongly shaped keys. ``what`` names the weights' origin."""
     own = model.state_dict()
     shapes = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
               if k in own and own[k].shape != v.shape]
-    missing = [k for k in own if k not in state and not is_quantizer_key(k)]
+    missing = [k for k in own if k not in state and not is_quantizer_key(k)
+               and k not in allow_missing]
     unexpected = [k for k in state if k not in own and not is_quantizer_key(k)]
     if not (shapes or missing or unexpected):  # quantizers create amax buffers while loading
         unexpected = list(model.load_state_dict(state, strict=False).unexpected_keys)
@@ -266,11 +267,33 @@ def fit_state_dict(model: nn.Module, state: dict[str, torch.Tensor], what: str,
                                f"{hint or ''}")
 
 
-def load_weights(model: nn.Module, source: str, weights: str) -> dict[str, Any]:
-    """Fill ``model`` from ``--weights``; returns ``{"weights", "weights_sha256"}``."""
+def _mismatched_head(model: nn.Module, state: dict[str, torch.Tensor]) -> frozenset[str]:
+    """Keys of the last Linear/Conv layer (the classifier head) whose shapes differ."""
+    head = None
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            head = name
+    own = model.state_dict()
+    return frozenset(k for k, v in state.items() if head is not None
+                     and k.rpartition(".")[0] == head and k in own and own[k].shape != v.shape)
+
+
+def load_weights(model: nn.Module, source: str, weights: str, new_head: bool = False
+                 ) -> dict[str, Any]:
+    """Fill ``model`` from ``--weights``; returns ``{"weights", "weights_sha256"}``.
+
+    ``new_head`` (fine-tuning to another class count) leaves a classifier head whose shape
+    differs at its random initialisation, with a warning.
+    """
     path = resolve_weights(source, weights)
-    fit_state_dict(model, read_state_dict(path), f"weights {path}",
-                   " (another class count? pass --num-classes N)")
+    state = read_state_dict(path)
+    head = _mismatched_head(model, state) if new_head else frozenset()
+    if head:
+        log.warning("weights %s: %s has another class count; it starts from random values",
+                    path, ", ".join(sorted(head)))
+        state = {k: v for k, v in state.items() if k not in head}
+    fit_state_dict(model, state, f"weights {path}",
+                   " (another class count? pass --num-classes N)", allow_missing=head)
     return {"weights": str(path.resolve()), "weights_sha256": sha256(path)}
 
 
