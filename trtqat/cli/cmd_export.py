@@ -128,7 +128,6 @@ def export_variants(args, out: Path, variants: list[str], path_of: Callable[[str
 
 def run(args) -> int:
     """Export every requested variant; exit 1 if any failed its checks."""
-
     from trtqat.export import Exporter, ExportError, artifact_name
     from trtqat.export.naming import INT8_VARIANTS, expand_variants
     from trtqat.export.onnx_export import check_writable, make_example_inputs

@@ -1,4 +1,5 @@
-"""Data for the recipes: scikit-learn's digits, an ImageFolder on disk, or synthetic images.
+"""Data for the recipes: scikit-learn's digits, an ImageFolder on disk, or synthetic images
+(flat image folders and arrays for calibration: :mod:`trtqat.train.data_sources`).
 
 ``make_loaders`` is the one entry point: it returns ``(train_loader, val_loader,
 num_classes)``. The train loader shuffles (per epoch, reproducibly from ``seed``) and
@@ -19,13 +20,17 @@ from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 from torchvision.transforms import v2
 
 from trtqat.errors import TrtqatError
-from trtqat.train.data_sources import IMAGENET_MEAN, IMAGENET_STD, Preprocess, hw, make_preprocess
+from trtqat.train.data_sources import (  # noqa: F401  (IMAGENET_* re-exported from here)
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Preprocess,
+    hw,
+    make_preprocess,
+)
 
 log = logging.getLogger(__name__)
 
 BUILTIN = ("digits", "synthetic")
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "DataError", "make_datasets", "make_loader",
-           "make_loaders", "list_images"]
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0  # the digits split is fixed, whatever --seed says
 SYNTHETIC_SIZES = (1024, 256)  # train, val

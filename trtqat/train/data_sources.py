@@ -77,6 +77,16 @@ def _floats(text: str | Sequence[float] | None, flag: str) -> tuple[float, ...] 
 
 
 # --------------------------------------------------------------------------- preprocessing
+class _ConvertMode:
+    """PIL image -> ``mode`` (a class, not a lambda: loader workers may pickle it)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def __call__(self, image):
+        return image.convert(self.mode)
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """How images become model inputs (eval): resize, center crop to ``size``, normalize."""
@@ -121,8 +131,7 @@ class Preprocess:
     def _to_tensor(self) -> list:
         from torchvision.transforms import v2
 
-        mode = "L" if self.channels == 1 else "RGB"
-        return [v2.Lambda(lambda im: im.convert(mode)), v2.PILToTensor()]
+        return [_ConvertMode("L" if self.channels == 1 else "RGB"), v2.PILToTensor()]
 
     def eval_transform(self):
         """PIL image -> normalized ``(C, H, W)`` tensor: resize, center crop, normalize."""
