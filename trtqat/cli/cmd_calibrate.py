@@ -8,6 +8,7 @@ import sys
 from trtqat.cli.cmd_train import (
     EPILOG_DIST,
     add_data_args,
+    add_model_source_args,
     add_run_args,
     config_from,
     csv,
@@ -22,11 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate", help="PTQ: quantize an FP32 checkpoint and calibrate its ranges (amax)",
         description=fill(
-            "Load an FP32 checkpoint, insert quantizers, collect activation "
+            "Load an FP32 checkpoint (or any float model: --model NAME|FILE.py:FACTORY "
+            "--weights FILE), insert quantizers, collect activation "
         "histograms on --num-batches training batches (eval transforms), compute amax with "
         "--method, evaluate, and save the calibrated checkpoint (stage 'ptq')."),
         epilog="example:\n  trtqat calibrate --checkpoint runs/fp32/best.pt --method entropy "
-        "--out runs/ptq\n  trtqat calibrate --model minilm --data builtin --out runs/minilm/ptq"
+        "--out runs/ptq\n  trtqat calibrate --model my_net.py:make --weights my_net.pt "
+        "--data calib_images/ --image-size 224 --out runs/ptq\n  trtqat calibrate --model minilm --data builtin --out runs/minilm/ptq"
         "\n\nSentence encoders (--model minilm or a Hugging Face BERT-family folder, no "
         "--checkpoint): PTQ on the\ncorpus' training split, embedding fidelity (mean cosine, "
         "Spearman vs FP32) on its held-out split;\nthe FP32 reference checkpoint goes to the "
@@ -47,8 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--skip-layers", type=csv, default=(), metavar="A,B",
                    help="glob patterns of layers kept in float, e.g. 'conv1,fc'")
     g.add_argument("--model", "-m", default=None,
-                   help="CNN: expected architecture (fail if the checkpoint holds another "
-                   "one); encoder: 'minilm' or a Hugging Face BERT-family folder")
+                   help="CNN without --checkpoint: the float model to start from (torchvision "
+                   "or timm name, or path/to/file.py:factory); with --checkpoint: the expected "
+                   "architecture; encoder: 'minilm' or a Hugging Face BERT-family folder")
+    add_model_source_args(g)
+    g.add_argument("--num-classes", type=int, default=None,
+                   help="with --model: output classes (default: the model's own)")
     g = p.add_argument_group("encoders (--model minilm|FOLDER; --data builtin|FILE.txt, "
                              "default builtin)")
     g.add_argument("--num-sentences", type=int, default=512,
@@ -56,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--max-length", type=int, default=128, help="tokens per sentence (truncation)")
     g.add_argument("--fp32-out", default=None, metavar="RUN_DIR",
                    help="where the FP32 reference checkpoint goes (default: OUT/../fp32)")
-    add_data_args(p, inherit=True)
+    add_data_args(p, inherit=True, calibration=True)
     add_run_args(p, "runs/ptq", resumable=False)
     p.set_defaults(func=run)
 
@@ -77,11 +84,6 @@ def run(args: argparse.Namespace) -> int:
         result = calibrate_encoder_run(config_from(EncoderCalibrateConfig, args))
         print(describe(f"calibrate ({args.method})", result), file=sys.stderr)
         return 0
-    if not args.checkpoint:
-        from trtqat.train.recipes import ConfigError
-
-        raise ConfigError("--checkpoint is required: the best.pt of a `trtqat train` run "
-                          "(or --model minilm / a Hugging Face folder for an encoder)")
     args.method = args.method or "entropy"
     result = calibrate(config_from(CalibrateConfig, args))
     report(f"calibrate ({args.method})", result)
@@ -93,6 +95,8 @@ def _encoder_route(args: argparse.Namespace) -> bool:
     from trtqat.transformers.runs import is_encoder_name
 
     if not args.checkpoint:
+        if args.model and ".py" in args.model:  # a CNN factory, path/to/file.py:make
+            return False
         return is_encoder_name(args.model)
     from trtqat.train.checkpoint import load_checkpoint
     from trtqat.transformers.checkpoint import is_encoder_checkpoint

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trtqat.cli.cmd_demo import _sizes
+from trtqat.cli.cmd_train import image_size_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="encoders: held-out sentences scored (default 500)")
     p.add_argument("--model", default=None, help="encoders: FP32 reference and tokenizer of "
                    "--onnx files without a run (minilm or a folder; default: from the file)")
-    p.add_argument("--image-size", type=int, default=None, help="default: the FP32 run's")
+    p.add_argument("--image-size", type=image_size_arg, default=None, metavar="N|HxW",
+                   help="default: the runs' (preprocessing too: resize, mean/std, channels)")
     p.add_argument("--duration", type=float, default=3.0, dest="duration_s",
                    help="seconds of measurement per variant and batch size (trtexec: 3)")
     p.add_argument("--warmup", type=float, default=200.0, dest="warmup_ms", help="warm-up in ms")

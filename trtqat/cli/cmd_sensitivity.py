@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from trtqat.cli.cmd_train import fill, formatter
+from trtqat.cli.cmd_train import fill, formatter, image_size_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="images per batch (default: the checkpoint's)")
     p.add_argument("--data", default=None, metavar="digits|synthetic|PATH",
                    help="validation data (default: the checkpoint's)")
-    p.add_argument("--image-size", type=int, default=None, metavar="PX",
+    p.add_argument("--image-size", type=image_size_arg, default=None, metavar="N|HxW",
                    help="input resolution (default: the checkpoint's)")
     p.add_argument("--suggest", type=int, default=0, metavar="K",
                    help="pick the K top-ranked layers to leave in float, evaluate that model "

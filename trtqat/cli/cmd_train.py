@@ -37,14 +37,44 @@ def csv(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
-def add_data_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
-    """--data, --image-size, --batch-size, --workers, --seed, --strict."""
+def image_size_arg(text: str) -> int | tuple[int, int]:
+    """argparse type of --image-size/--resize: N or HxW."""
+    from trtqat.train.data_sources import DataSourceError, parse_size
+
+    try:
+        return parse_size(text)
+    except DataSourceError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
+def add_model_source_args(g: argparse._ArgumentGroup) -> None:
+    """--weights (the float weights of --model)."""
+    g.add_argument("--weights", default=None, metavar="FILE|NAME",
+                   help="float weights of --model: a state_dict or checkpoint file "
+                   "(.pt/.pth), or a torchvision weights name (IMAGENET1K_V1, DEFAULT) "
+                   "found in the torch hub cache (never downloaded)")
+
+
+def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
+                  calibration: bool = False) -> None:
+    """--data, --image-size, preprocessing, --batch-size, --workers, --seed, --strict."""
     g = p.add_argument_group("data" + (" (default: as in the FP32 run)" if inherit else ""))
+    extra = (", a flat folder of images, or a .npy/.npz (N,C,H,W) float array "
+             "(FILE.npz:NAME picks one; no labels: calibration only)") if calibration else ""
     g.add_argument("--data", default=None if inherit else "digits", metavar="digits|synthetic|PATH",
                    help="'digits' (scikit-learn's 8x8 digits, resized), 'synthetic' (random, "
-                   "for speed runs) or an ImageFolder PATH with train/ and val/")
-    g.add_argument("--image-size", type=int, default=None if inherit else 32, metavar="PX",
-                   help="input resolution (square)")
+                   f"for speed runs) or an ImageFolder PATH with train/ and val/{extra}")
+    g.add_argument("--image-size", type=image_size_arg, default=None if inherit else 32,
+                   metavar="N|HxW", help="input resolution: N (square) or HxW, e.g. 224x160")
+    g.add_argument("--resize", default=None, metavar="N|HxW|auto",
+                   help="image folders: resize before the center crop, the shorter side to N "
+                   "or exactly HxW (default auto: shorter side to image size / 0.875)")
+    g.add_argument("--mean", default=None, metavar="M[,M,M]",
+                   help="normalization mean per channel (default: ImageNet's)")
+    g.add_argument("--std", default=None, metavar="S[,S,S]",
+                   help="normalization std per channel (default: ImageNet's)")
+    g.add_argument("--channels", type=int, choices=[1, 3], default=None,
+                   help="image channels: 3 (RGB, default) or 1 (grayscale)")
     g.add_argument("--batch-size", "-b", type=int, default=None if inherit else 32,
                    help="batch size per process")
     g.add_argument("--workers", "-j", type=int, default=0, help="data loader processes")
@@ -121,9 +151,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=formatter)
     g = p.add_argument_group("model")
     g.add_argument("--model", "-m", default="resnet18",
-                   help="torchvision classification model name (resnet18, mobilenet_v2, ...)")
+                   help="torchvision classification model name (resnet18, mobilenet_v2, ...), "
+                   "a timm name (resnet50.a1_in1k; needs timm), or path/to/file.py:factory")
     g.add_argument("--num-classes", type=int, default=None,
                    help="output classes (default: the data set's)")
+    add_model_source_args(g)
     add_data_args(p)
     g = p.add_argument_group("schedule")
     g.add_argument("--epochs", type=int, default=15, help="training epochs")

@@ -24,7 +24,12 @@ from torch import nn
 
 from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
-from trtqat.export._torch_export import EXPORT_OPSET, name_nodes, torch_to_onnx
+from trtqat.export._torch_export import (
+    EXPORT_OPSET,
+    image_dynamic_shapes,
+    name_nodes,
+    torch_to_onnx,
+)
 from trtqat.export.errors import ExportError, ValidationError
 from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import convert_to_fp16
@@ -50,6 +55,7 @@ class ExportResult:
     dynamic_batch: bool
     checks: list[val.Check] = field(default_factory=list)
     lint: LintReport | None = None
+    dynamic_axes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -66,7 +72,8 @@ class ExportResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "variant": self.variant, "opset": self.opset,
-                "dynamic_batch": self.dynamic_batch, "passed": self.passed,
+                "dynamic_batch": self.dynamic_batch,
+                "dynamic_axes": list(self.dynamic_axes), "passed": self.passed,
                 "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
                            for c in self.checks],
                 "lint": None if self.lint is None else self.lint.lines()}
@@ -271,9 +278,14 @@ class Exporter:
     """
 
     def __init__(self, model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
-                 fold_bn: bool = True, validation_data: Iterable | None = None) -> None:
+                 fold_bn: bool = True, validation_data: Iterable | None = None,
+                 dynamic_axes: Iterable[str] | None = None) -> None:
         self.model = model
         self.inputs = _as_inputs(example_inputs)
+        # dynamic_axes (batch, height, width of image inputs) overrides dynamic_batch
+        self.dynamic_axes = (("batch",) if dynamic_batch else ()) if dynamic_axes is None \
+            else tuple(dynamic_axes)
+        dynamic_batch = "batch" in self.dynamic_axes
         self.dynamic_batch = dynamic_batch
         self.fold_bn = fold_bn
         if dynamic_batch and self.inputs[0].shape[0] == 1:
@@ -294,7 +306,9 @@ class Exporter:
                 sample = traced(*self.inputs)
             n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
             names = _io_names(len(self.inputs), n_out)
-            proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names)
+            shapes = (image_dynamic_shapes(self.dynamic_axes, len(self.inputs))
+                      if set(self.dynamic_axes) - {"batch"} else None)
+            proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names, shapes)
             name_nodes(proto.graph)
             self._graphs[int8] = (proto, reference)
         return self._graphs[int8]
@@ -329,7 +343,8 @@ class Exporter:
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             model.metadata_props.append(onnx.StringStringEntryProto(
                 key="trtqat.skip_layers", value=",".join(self.skip_layers)))
-        result = ExportResult(path, variant, opset, self.dynamic_batch)
+        result = ExportResult(path, variant, opset, self.dynamic_batch,
+                              dynamic_axes=self.dynamic_axes)
         check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
         return write_checked(model, result, check)
 
@@ -351,7 +366,8 @@ class Exporter:
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 variant: str = "int8", opset: int = 17, dynamic_batch: bool = True, *,
                 io_dtype: str = "float32", fold_bn: bool = True, validate: bool = True,
-                validation_data: Iterable | None = None) -> ExportResult:
+                validation_data: Iterable | None = None,
+                dynamic_axes: Iterable[str] | None = None) -> ExportResult:
     """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16) to ``path``.
 
     ``example_inputs``: a tensor or tuple of tensors (their batch size is the fixed batch
@@ -360,18 +376,22 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
     ``validate`` is False the file is checked against PyTorch on the example inputs and on
     ``validation_data`` (an iterable of batches or ``(inputs, labels)``), plus the Q/DQ lint
     for INT8; a failure raises :class:`ValidationError` and keeps no file.
+    ``dynamic_axes`` (of ``batch``, ``height``, ``width``) replaces ``dynamic_batch`` for
+    image inputs, e.g. ``("batch", "height", "width")``.
     Returns the :class:`ExportResult` (path, opset, every check).
     """
     exporter = Exporter(model, example_inputs, dynamic_batch=dynamic_batch, fold_bn=fold_bn,
-                        validation_data=validation_data)
+                        validation_data=validation_data, dynamic_axes=dynamic_axes)
     return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate)
 
 
-def make_example_inputs(image_size: int, batch: int = 2, channels: int = 3,
+def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, channels: int = 3,
                         seed: int = 0) -> torch.Tensor:
-    """A reproducible random image batch ``(batch, channels, size, size)``."""
+    """A reproducible random image batch ``(batch, channels, height, width)`` (an int size
+    is square)."""
+    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, channels, image_size, image_size, generator=gen)
+    return torch.randn(batch, channels, h, w, generator=gen)
 
 
 __all__ = ["EXPORT_OPSET", "ExportResult", "Exporter", "check_quantizers", "check_writable",

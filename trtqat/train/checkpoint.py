@@ -4,7 +4,9 @@ A checkpoint is a dict of plain types and tensors only:
 
     format      "trtqat-checkpoint/1"
     stage       "fp32" | "ptq" | "qat"
-    model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"}
+    model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"} and, when
+                recorded, "source" (model source, file and weights with SHA-256) and
+                "preprocess" (size, resize, mean, std, channels)
     state_dict  model weights (and quantizer amax buffers for quantized stages)
     optimizer, scheduler, epoch, rng, metrics, calib, args   (optional)
 
@@ -112,7 +114,7 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     checkpoint (``model.family == "transformer"``) gives its ``SentenceEncoder``; use
     ``trtqat.transformers.build_encoder_from_checkpoint`` for the tokenizer too.
     """
-    from trtqat.train.models import build_model
+    from trtqat.train.model_source import ModelSourceError, build, fit_state_dict, source_of
 
     if (ckpt.get("model") or {}).get("family") == "transformer":
         from trtqat.transformers.checkpoint import build_encoder_from_checkpoint
@@ -121,7 +123,7 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     spec = ckpt["model"]
     holds_quant = bool(spec.get("quantized"))
     quantized = holds_quant if quantized is None else quantized
-    model = build_model(spec["arch"], int(spec["num_classes"]), quantized=quantized)
+    model = build(source_of(spec), int(spec["num_classes"]), quantized=quantized)
     skip = tuple(spec.get("skip_layers") or ())
     if quantized and skip:
         from trtqat.quant.model_ops import disable_layers
@@ -131,21 +133,15 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     if not quantized:
         state = {k: v for k, v in state.items() if not _is_quantizer_key(k)}
     try:
-        result = model.load_state_dict(state, strict=False)
-    except (RuntimeError, TrtqatError) as exc:
-        raise CheckpointError(
-            f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes: "
-            f"{str(exc).splitlines()[0][:200]}"
-        ) from None
-    bad = [k for k in result.missing_keys if not _is_quantizer_key(k)]
-    bad += list(result.unexpected_keys)
-    if bad:
-        raise CheckpointError(
-            f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes "
-            f"({len(bad)} mismatched keys, e.g. {bad[0]}): it was saved from another architecture"
-        )
+        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
+                       f"{spec['num_classes']} classes")
+    except (ModelSourceError, RuntimeError) as exc:
+        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
+                              "architecture") from None
     return model
 
 
 def _is_quantizer_key(key: str) -> bool:
-    return "_quantizer." in key or key.startswith("_quantizer.")
+    from trtqat.train.model_source import is_quantizer_key
+
+    return is_quantizer_key(key)

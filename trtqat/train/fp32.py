@@ -11,8 +11,10 @@ from torch import nn
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
 from trtqat.train.data import make_loaders
+from trtqat.train.data_sources import preprocess_of
 from trtqat.train.loop import NonFiniteLossError, fit
-from trtqat.train.models import build_model
+from trtqat.train.model_source import arch_name, describe, load_weights
+from trtqat.train.model_source import build as build_model
 from trtqat.train.run_dir import RunDir, check_out_dir
 
 log = logging.getLogger(__name__)
@@ -24,8 +26,13 @@ class TrainConfig:
 
     model: str = "resnet18"
     num_classes: int | None = None
+    weights: str | None = None  # initial weights: a state_dict/checkpoint file or a name
     data: str = "digits"
-    image_size: int = 32
+    image_size: int | tuple[int, int] = 32
+    resize: int | tuple[int, int] | str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    channels: int | None = None
     epochs: int = 15
     batch_size: int = 32
     lr: float = 0.05
@@ -70,15 +77,21 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
     try:
         out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
         D.seed_everything(cfg.seed, ctx.rank)
+        prep = preprocess_of(cfg)
         train_loader, val_loader, data_classes = make_loaders(
             cfg.data, cfg.image_size, cfg.batch_size, cfg.workers, cfg.seed,
-            distributed=ctx.distributed, num_classes=cfg.num_classes, strict=cfg.strict)
+            distributed=ctx.distributed, num_classes=cfg.num_classes, strict=cfg.strict,
+            prep=prep)
         num_classes = R.num_classes_for(cfg.num_classes, data_classes)
-        args = R.as_args(cfg, num_classes=num_classes, world_size=ctx.world_size)
+        args = R.as_args(cfg, num_classes=num_classes, world_size=ctx.world_size,
+                         resize=prep.resize, mean=prep.mean, std=prep.std,
+                         channels=prep.channels)
         resume_ckpt = R.load_resume(out, "fp32", args, ctx) if cfg.resume else None
-        model = build_model(cfg.model, num_classes).to(ctx.device)
-        spec = {"arch": cfg.model, "num_classes": num_classes, "image_size": cfg.image_size,
-                "quantized": False, "skip_layers": []}
+        model, source = build_float_model(cfg.model, num_classes, cfg.weights)
+        model = model.to(ctx.device)
+        spec = {"arch": arch_name(cfg.model), "num_classes": num_classes,
+                "image_size": prep.image_size, "quantized": False, "skip_layers": [],
+                "source": source, "preprocess": prep.to_dict()}
         optimizer = R.build_optimizer(cfg.opt, model, cfg.lr, cfg.momentum, cfg.weight_decay)
         steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
         # Warm-up takes at most half of the schedule (short runs keep their cosine decay).
@@ -114,6 +127,16 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
         if run is not None:
             run.close()
         D.cleanup(ctx)
+
+
+def build_float_model(source: str, num_classes: int, weights: str | None = None
+                      ) -> tuple[nn.Module, dict[str, Any]]:
+    """The float model to train and the record of where it came from (model_source)."""
+    model = build_model(source, num_classes)
+    info = describe(source)
+    if weights:
+        info.update(load_weights(model, source, weights, new_head=True))
+    return model, info
 
 
 def _kept(out) -> str:

@@ -22,6 +22,7 @@ from trtqat.train import distributed as D
 from trtqat.train import recipes as R
 from trtqat.train.checkpoint import CheckpointError, build_from_checkpoint
 from trtqat.train.data import make_loaders
+from trtqat.train.data_sources import preprocess_of
 from trtqat.train.fp32 import TrainConfig, _kept
 from trtqat.train.loop import NonFiniteLossError, evaluate, fit
 from trtqat.train.run_dir import RunDir, check_out_dir
@@ -49,7 +50,11 @@ class QATConfig:
     skip_layers: tuple[str, ...] = ()
     model: str | None = None
     data: str | None = None
-    image_size: int | None = None
+    image_size: int | tuple[int, int] | None = None
+    resize: int | tuple[int, int] | str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    channels: int | None = None
     batch_size: int | None = None
     workers: int = 0
     seed: int = 0
@@ -115,18 +120,29 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         spec = dict(src["model"])
         train_args = dict(src.get("train_args") or {})
         if not train_args:
+            if cfg.data is None:
+                raise R.ConfigError(f"{cfg.checkpoint} was calibrated from a float model, not "
+                                    "a `trtqat train` run, so QAT has no training data to "
+                                    "inherit: pass --data (an ImageFolder with train/ and "
+                                    "val/, or digits)")
             log.warning("%s records no FP32 run options: QAT defaults assume the %s ones",
                         cfg.checkpoint, "`trtqat train`")
         r = cfg.resolved(train_args)
+        prep = preprocess_of(cfg, spec.get("preprocess"), spec.get("image_size")
+                             or r["image_size"])
+        r["image_size"] = prep.image_size
         D.seed_everything(cfg.seed, ctx.rank)
         train_loader, val_loader, data_classes = make_loaders(
             r["data"], r["image_size"], r["batch_size"], cfg.workers, cfg.seed,
             distributed=ctx.distributed, num_classes=train_args.get("num_classes"),
-            strict=cfg.strict)
+            strict=cfg.strict, prep=prep)
         if data_classes > int(spec["num_classes"]):
             raise CheckpointError(f"the data has {data_classes} classes but the checkpoint's "
                                   f"{spec['arch']} predicts {spec['num_classes']}")
-        args = R.as_args(cfg, model=spec["arch"], world_size=ctx.world_size, **r)
+        args = R.as_args(cfg, model=(spec.get("source") or {}).get("model", spec["arch"]),
+                         world_size=ctx.world_size, resize=prep.resize, mean=prep.mean,
+                         std=prep.std, channels=prep.channels, **r)
+        spec.update(image_size=prep.image_size, preprocess=prep.to_dict())
         resume_ckpt = R.load_resume(out, "qat", args, ctx) if cfg.resume else None
         model = build_from_checkpoint(src).to(ctx.device)
         if cfg.skip_layers:  # left in float for fine-tuning; recorded with the calibrate-time ones

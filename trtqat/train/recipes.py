@@ -45,8 +45,11 @@ def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool =
 
 def check_common(cfg: Any) -> None:
     """Checks shared by every recipe config (data, batches, device, run folder)."""
-    check_positive(cfg, "batch_size", "image_size", "limit_batches", "stop_after",
-                   allow_none=True)
+    check_positive(cfg, "batch_size", "limit_batches", "stop_after", allow_none=True)
+    if getattr(cfg, "image_size", None) is not None:
+        from trtqat.train.data_sources import parse_size
+
+        cfg.image_size = parse_size(cfg.image_size)  # N or HxW, each > 0
     check_positive(cfg, "workers", zero=True)
     if not str(cfg.out):
         raise ConfigError("--out must name a run folder")
@@ -105,10 +108,19 @@ def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, ve
             stage, f"{verb} needs a checkpoint of stage {' or '.join(stages)}")
         raise CheckpointError(f"{path} holds a {stage!r} checkpoint: {hint}")
     arch = ckpt["model"]["arch"]
-    if model is not None and model != arch:
+    recorded = (ckpt["model"].get("source") or {}).get("model")
+    if model is not None and model not in (arch, recorded) and not _same_file(model, recorded):
         raise CheckpointError(f"{path} holds a {arch}, not a {model}: pass the checkpoint of "
                               f"a {model} run, or drop --model")
     return ckpt
+
+
+def _same_file(model: str, recorded: str | None) -> bool:
+    """``my.py:make`` given relative names the absolute ``/path/my.py:make`` recorded."""
+    if not recorded or ".py:" not in model:
+        return False
+    file, _, factory = model.rpartition(":")
+    return f"{Path(file).resolve()}:{factory}" == recorded
 
 
 def load_resume(out: Path, stage: str, args: dict[str, Any], ctx: D.DistContext

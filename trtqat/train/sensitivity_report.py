@@ -39,6 +39,7 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     """(model, layers, validation batches in memory, info) for ``cfg``; checks the checkpoint."""
     from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
     from trtqat.train.data import make_loaders
+    from trtqat.train.data_sources import make_preprocess
 
     ckpt = load_checkpoint(cfg.checkpoint)
     spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
@@ -64,10 +65,12 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     args = ckpt.get("args") or {}
     train_args = ckpt.get("train_args") or {}
     data = cfg.data or args.get("data") or train_args.get("data") or "digits"
-    image_size = int(cfg.image_size or spec.get("image_size") or args.get("image_size") or 32)
+    prep = make_preprocess(cfg.image_size, recorded=spec.get("preprocess"),
+                           default_size=spec.get("image_size") or args.get("image_size") or 32)
+    image_size = prep.image_size
     batch_size = int(cfg.batch_size or args.get("batch_size") or 64)
     kwargs = {"num_classes": int(spec["num_classes"])} if data == "synthetic" else {}
-    _, val_loader, _ = make_loaders(data, image_size, batch_size, 0, 0, **kwargs)
+    _, val_loader, _ = make_loaders(data, image_size, batch_size, 0, 0, prep=prep, **kwargs)
     batches = [(x.to(device), y.to(device)) for x, y in islice(val_loader, cfg.batches)]
     if not batches:
         raise SensitivityError(f"the validation split of {data!r} is empty")
