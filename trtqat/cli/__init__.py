@@ -19,6 +19,36 @@ COMMANDS = ["demo", "train", "calibrate", "qat", "export", "lint", "build", "com
             "sensitivity"]
 
 
+def version_text() -> str:
+    """trtqat, torch and onnxruntime versions, and the fake-quant kernels of each device."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    from trtqat.quant import _kernels
+
+    def dist(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    report = _kernels.kernel_report()
+    cuda = "CUDA device visible" if torch.cuda.is_available() else "no CUDA device visible"
+    return "\n".join([
+        f"trtqat {dist('trtqat')}",
+        f"torch {torch.__version__}, onnxruntime {dist('onnxruntime')}",
+        f"fake-quant kernels, CPU: {report['cpu']}",
+        f"fake-quant kernels, CUDA ({cuda}): {report['cuda']}",
+    ])
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``trtqat`` with every available subcommand."""
     parser = argparse.ArgumentParser(
@@ -28,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="WARNING",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="print the versions and the fake-quant kernels in use, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:

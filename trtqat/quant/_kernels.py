@@ -209,13 +209,11 @@ def kernel_report() -> dict[str, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _resolve(kind)
-    report = {}
-    for kind, name in (("cpu", BACKEND if _C is not None else None),
-                       ("cuda", "triton" if _triton is not None else None)):
-        where = "compiled C++ (float32; other dtypes: pytorch)" if kind == "cpu" else \
-            "Triton (float32/float16/bfloat16)"
-        report[kind] = where if name else f"pytorch - {_MISSING.get(kind, 'not available')}"
-    return report
+    cpu = f"compiled C++ for float32, {getattr(_C, '__file__', '?')}" if _C is not None else \
+        f"pytorch - {_MISSING.get('cpu', 'not available')}"
+    cuda = "Triton for float32/float16/bfloat16" if _triton is not None else \
+        f"pytorch - {_MISSING.get('cuda', 'not available')}"
+    return {"cpu": cpu, "cuda": cuda}
 
 
 if _C is not None:
