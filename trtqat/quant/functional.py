@@ -30,7 +30,7 @@ class _FakeQuantFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, amax, qmin, qmax):  # type: ignore[override]
         ctx.qbounds = (qmin, qmax)
-        masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax)
+        masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax) if x.is_cuda else None
         if masked is not None:
             y, mask = masked
             ctx.layout = (x.shape, x.stride())
