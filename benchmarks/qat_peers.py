@@ -12,6 +12,7 @@ Each returns ``(model, label)`` or ``(None, why it was not measured)``.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import warnings
 from collections.abc import Callable
@@ -22,6 +23,16 @@ from torch import nn
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 Factory = Callable[[], nn.Module]
+
+
+def _imported(*names: str) -> tuple[list | None, str]:
+    """The modules (quietly imported), or None and why not."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [importlib.import_module(n) for n in names], ""
+    except Exception as exc:  # not installed, or no support for this platform
+        return None, f"{names[0]} not importable ({type(exc).__name__}: {exc})"
 
 
 class NativeFakeQuant(nn.Module):
@@ -64,14 +75,11 @@ def native_model(quantized: nn.Module) -> tuple[nn.Module | None, str]:
 def pytorch_quantization_model(factory: Factory, state: dict, calib: list,
                                device: torch.device) -> tuple[nn.Module | None, str]:
     """pytorch-quantization's Quant* modules, max-calibrated, or why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pytorch_quantization
-            from pytorch_quantization import nn as pq_nn
-            from pytorch_quantization import quant_modules as pq_modules
-    except Exception as exc:
-        return None, f"pytorch-quantization not importable ({type(exc).__name__}: {exc})"
+    modules, why = _imported("pytorch_quantization", "pytorch_quantization.nn",
+                             "pytorch_quantization.quant_modules")
+    if modules is None:
+        return None, why
+    pytorch_quantization, pq_nn, pq_modules = modules
     try:
         pq_modules.initialize()
         try:
@@ -99,13 +107,10 @@ def pytorch_quantization_model(factory: Factory, state: dict, calib: list,
 def modelopt_model(factory: Factory, state: dict, calib: list,
                    device: torch.device) -> tuple[nn.Module | None, str]:
     """NVIDIA Model Optimizer INT8 (default config), or why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import modelopt
-            import modelopt.torch.quantization as mtq
-    except Exception as exc:  # not installed, or no support for this device in this version
-        return None, f"modelopt not importable ({type(exc).__name__}: {exc})"
+    modules, why = _imported("modelopt", "modelopt.torch.quantization")
+    if modules is None:
+        return None, why
+    modelopt, mtq = modules
     model = factory()
     model.load_state_dict(state)
     model.to(device)

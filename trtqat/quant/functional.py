@@ -30,7 +30,7 @@ class _FakeQuantFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, amax, qmin, qmax):  # type: ignore[override]
         ctx.qbounds = (qmin, qmax)
-        masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax) if x.is_cuda else None
+        masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax)
         if masked is not None:
             y, mask = masked
             ctx.layout = (x.shape, x.stride())
@@ -74,26 +74,22 @@ class _FakeQuantLearnableFn(torch.autograd.Function):
         return grad_x, grad_amax, None, None
 
 
-class _FakeQuant:
-    """Entry point: eager autograd with the fused kernels, the custom op under torch.compile."""
+class _Entry:
+    """What quantizers call: eager autograd with the fused kernels, the custom op under
+    torch.compile (:mod:`.fake_quant_op`). Inputs that are not floating point are refused."""
 
-    @staticmethod
-    def apply(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
+    def __init__(self, function: type[torch.autograd.Function]) -> None:
+        self.function = function
+
+    def apply(self, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
         _kernels.check_input(x)
         if torch.compiler.is_compiling():
             return fake_quant_op.fake_quant(x, amax, qmin, qmax)
-        return _FakeQuantFn.apply(x, amax, qmin, qmax)
+        return self.function.apply(x, amax, qmin, qmax)
 
 
-class _FakeQuantLearnable:
-    """Like :class:`_FakeQuant`; ``amax`` also receives its gradient."""
-
-    @staticmethod
-    def apply(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
-        _kernels.check_input(x)
-        if torch.compiler.is_compiling():
-            return fake_quant_op.fake_quant(x, amax, qmin, qmax)
-        return _FakeQuantLearnableFn.apply(x, amax, qmin, qmax)
+_FakeQuant = _Entry(_FakeQuantFn)
+_FakeQuantLearnable = _Entry(_FakeQuantLearnableFn)  # amax also receives its gradient
 
 
 def _as_amax(amax: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:

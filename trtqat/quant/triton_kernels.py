@@ -36,21 +36,35 @@ _MIN_SCALE = torch.finfo(torch.float32).tiny
 
 
 @triton.jit
-def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, cstride, nch, qmin, qmax,
-                PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr, WIDE: tl.constexpr,
-                BLOCK: tl.constexpr):
+def _block(n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's id, the offsets of its elements and which of them exist."""
     pid = tl.program_id(0)
     if WIDE:
         pid = pid.to(tl.int64)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
-    valid = offs < n
+    return pid, offs, offs < n
+
+
+@triton.jit
+def _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL: tl.constexpr):
+    """``(x / s, round(clamp(x / s, qmin - 1, qmax + 1)), s, channel)`` in float32."""
     x = tl.load(x_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+    ch = (offs // cstride) % nch
     if PER_CHANNEL:
-        s = tl.load(scale_ptr + (offs // cstride) % nch, mask=valid, other=1.0)
+        s = tl.load(scale_ptr + ch, mask=valid, other=1.0)
     else:
         s = tl.load(scale_ptr)
-    q = tl.clamp(tl.math.div_rn(x, s), qmin - 1.0, qmax + 1.0, propagate_nan=tl.PropagateNan.ALL)
-    r = (q + 12582912.0) - 12582912.0
+    q = tl.math.div_rn(x, s)
+    qc = tl.clamp(q, qmin - 1.0, qmax + 1.0, propagate_nan=tl.PropagateNan.ALL)
+    return q, (qc + 12582912.0) - 12582912.0, s, ch
+
+
+@triton.jit
+def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, cstride, nch, qmin, qmax,
+                PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr, WIDE: tl.constexpr,
+                BLOCK: tl.constexpr):
+    pid, offs, valid = _block(n, WIDE, BLOCK)
+    q, r, s, _ = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL)
     y = tl.clamp(r, qmin, qmax, propagate_nan=tl.PropagateNan.ALL) * s
     if y_ptr.dtype.element_ty == tl.bfloat16:
         # round to nearest even by hand, as torch does (the interpreter's cast truncates)
@@ -69,11 +83,7 @@ def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, cstride, nch, qmin, qmax,
 
 @triton.jit
 def _fq_grad_from_mask(g_ptr, mask_ptr, out_ptr, n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    valid = offs < n
+    pid, offs, valid = _block(n, WIDE, BLOCK)
     graw = tl.load(g_ptr + offs, mask=valid, other=0.0)
     boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
     packed = tl.load(mask_ptr + boffs, mask=boffs < (n + 7) // 8, other=0).to(tl.int32)
@@ -86,22 +96,11 @@ def _fq_grad_from_mask(g_ptr, mask_ptr, out_ptr, n, WIDE: tl.constexpr, BLOCK: t
 @triton.jit
 def _fq_learnable_grad(g_ptr, x_ptr, scale_ptr, gx_ptr, gamax_ptr, n, cstride, nch, qmin, qmax,
                        PER_CHANNEL: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    valid = offs < n
-    x = tl.load(x_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+    pid, offs, valid = _block(n, WIDE, BLOCK)
+    q, r, s, ch = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax,
+                            PER_CHANNEL)
     graw = tl.load(g_ptr + offs, mask=valid, other=0.0)
     g = graw.to(tl.float32)
-    if PER_CHANNEL:
-        ch = (offs // cstride) % nch
-        s = tl.load(scale_ptr + ch, mask=valid, other=1.0)
-    else:
-        s = tl.load(scale_ptr)
-    q = tl.math.div_rn(x, s)
-    qc = tl.clamp(q, qmin - 1.0, qmax + 1.0, propagate_nan=tl.PropagateNan.ALL)
-    r = (qc + 12582912.0) - 12582912.0
     inside = (r >= qmin) & (r <= qmax)
     tl.store(gx_ptr + offs, (g * inside.to(tl.float32)).to(graw.dtype), mask=valid)
     # d y / d amax: (round(q) - q) / qmax inside the range, qmin/qmax or qmax/qmax outside
