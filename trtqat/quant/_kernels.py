@@ -121,7 +121,9 @@ def set_backend(name: str | None = None) -> str:
 def _fast(device_type: str) -> bool:
     if _forced == "pytorch" or _is_compiling():
         return False  # under torch.compile the traceable PyTorch kernels keep the graph whole
-    return _C is not None if device_type == "cpu" else _triton is not None
+    if device_type == "cpu":
+        return _C is not None
+    return device_type == "cuda" and _triton is not None
 
 
 def empty_cache() -> None:
