@@ -16,6 +16,10 @@ class QuantConfigError(TrtqatError, ValueError):
     """An invalid quantization setting (bits, axis, calibration method, ...)."""
 
 
+class QuantInputError(TrtqatError, TypeError):
+    """A tensor handed to a fake-quant op that it cannot quantize (e.g. integer dtype)."""
+
+
 class QuantizerStateError(TrtqatError, RuntimeError):
     """A quantizer is not usable as it is (amax missing, NaN, zero, wrong shape)."""
 

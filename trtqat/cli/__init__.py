@@ -26,6 +26,42 @@ COMMANDS = ["demo", "train", "calibrate", "qat", "export", "lint", "build", "com
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
+def version_text() -> str:
+    """trtqat, torch and onnxruntime versions, and the fake-quant kernels of each device."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    from trtqat.quant import _kernels
+
+    def dist(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    try:
+        import onnxruntime
+
+        ort = f"onnxruntime {onnxruntime.__version__}"
+    except ImportError:
+        ort = "onnxruntime not installed (pip install 'trtqat[ort]' or 'trtqat[ort-gpu]')"
+    report = _kernels.kernel_report()
+    cuda = "CUDA device visible" if torch.cuda.is_available() else "no CUDA device visible"
+    return "\n".join([
+        f"trtqat {dist('trtqat')}",
+        f"torch {torch.__version__}, {ort}",
+        f"fake-quant kernels, CPU: {report['cpu']}",
+        f"fake-quant kernels, CUDA ({cuda}): {report['cuda']}",
+    ])
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``trtqat`` with every available subcommand."""
     parser = argparse.ArgumentParser(
@@ -35,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS,
                         help="logging verbosity (default WARNING; also accepted after COMMAND)")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="print the versions and the fake-quant kernels in use, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for name in COMMANDS:
