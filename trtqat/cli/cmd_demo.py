@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=1.0, dest="duration_s",
                    help="seconds of measurement per variant and batch size")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
+    p.add_argument("--device", default="auto",
+                   help="where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
+                   "(engines: --backend tensorrt on a GPU)")
     p.add_argument("--fresh", action="store_true", help="redo every stage")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bars")

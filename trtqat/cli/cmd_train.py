@@ -84,7 +84,8 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
 
 
 def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -> None:
-    """--out, --resume, --overwrite, --device, --limit-batches, --stop-after, --no-progress."""
+    """--out, --resume, --overwrite, --device, --limit-batches, --stop-after, --no-progress,
+    and the speed options of :func:`add_accel_args`."""
     g = p.add_argument_group("run")
     g.add_argument("--out", "-o", default=out, metavar="RUN_DIR",
                    help="run folder: args.yaml, metrics.jsonl, last.pt, best.pt")
@@ -99,6 +100,21 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
                    help="use at most N batches per epoch for train and val (quick checks)")
     g.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bars or per-epoch lines")
+    add_accel_args(p)
+
+
+def add_accel_args(p: argparse.ArgumentParser) -> None:
+    """--amp, --channels-last, --compile (trtqat.train.accel; CNNs and encoders alike)."""
+    g = p.add_argument_group("speed (checkpoints stay float32)")
+    g.add_argument("--amp", choices=["bf16", "fp16"], default=None,
+                   help="mixed precision: autocast the forward in bfloat16 or float16 (fp16: "
+                   "GPU only, with a gradient scaler)")
+    g.add_argument("--channels-last", action="store_true",
+                   help="NHWC weights and image batches (faster convolutions on GPUs; no "
+                   "effect on encoders)")
+    g.add_argument("--compile", action="store_true",
+                   help="run the model through torch.compile (calibrate: evaluation only; "
+                   "statistics are collected eagerly)")
 
 
 def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:

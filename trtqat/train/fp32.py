@@ -10,6 +10,7 @@ from torch import nn
 
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
+from trtqat.train.accel import Accel, AccelOptions
 from trtqat.train.data import make_loaders
 from trtqat.train.data_sources import preprocess_of
 from trtqat.train.loop import NonFiniteLossError, fit
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(AccelOptions):
     """Options of ``trtqat train`` (each field is the CLI option of the same name)."""
 
     model: str = "resnet18"
@@ -76,6 +77,7 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
     run = None
     try:
         out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
+        acc = Accel.setup(cfg, ctx.device)
         D.seed_everything(cfg.seed, ctx.rank)
         prep = preprocess_of(cfg)
         train_loader, val_loader, data_classes = make_loaders(
@@ -88,7 +90,7 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
                          channels=prep.channels)
         resume_ckpt = R.load_resume(out, "fp32", args, ctx) if cfg.resume else None
         model, source = build_float_model(cfg.model, num_classes, cfg.weights)
-        model = model.to(ctx.device)
+        model = acc.prepare(model.to(ctx.device))
         spec = {"arch": arch_name(cfg.model), "num_classes": num_classes,
                 "image_size": prep.image_size, "quantized": False, "skip_layers": [],
                 "source": source, "preprocess": prep.to_dict()}
@@ -100,6 +102,7 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
         start, best, wall = 0, -1.0, 0.0
         if resume_ckpt is not None:
             start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
+            acc.load_checkpoint_state(resume_ckpt)
         run = RunDir(out, enabled=ctx.is_main)
         run.start(args, resume=cfg.resume)
         if cfg.resume:
@@ -109,16 +112,17 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
         def make_payload(epoch: int, record: dict, best_top1: float, wall_s: float) -> dict:
             return R.payload(stage="fp32", model=model, spec=spec, epoch=epoch, args=args,
                              ctx=ctx, metrics=record, optimizer=optimizer, scheduler=scheduler,
-                             best_top1=best_top1, wall_time_s=wall_s)
+                             best_top1=best_top1, wall_time_s=wall_s, **acc.checkpoint_state())
 
         try:
-            result = fit(stage="fp32", model=D.wrap(ctx, model), train_loader=train_loader,
+            result = fit(stage="fp32", model=D.wrap(ctx, acc.compiled(model)),
+                         train_loader=train_loader,
                          val_loader=val_loader,
                          criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
                          optimizer=optimizer, scheduler=scheduler, ctx=ctx, run=run,
                          start_epoch=start, epochs=cfg.epochs, best_top1=best,
                          wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
-                         stop_after=cfg.stop_after, progress=cfg.progress)
+                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr or lengthen "
                                      "--warmup-epochs and start again (--overwrite)") from None

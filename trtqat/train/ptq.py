@@ -26,6 +26,7 @@ import trtqat
 from trtqat.quant.model_ops import AMAX_METHODS, disable_layers, quantizers
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
+from trtqat.train.accel import Accel, AccelOptions
 from trtqat.train.checkpoint import (
     CheckpointError,
     build_from_checkpoint,
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class CalibrateConfig:
+class CalibrateConfig(AccelOptions):
     """Options of ``trtqat calibrate``; data options default to those of the FP32 run."""
 
     checkpoint: str = ""
@@ -106,6 +107,7 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     run = None
     try:
         out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
+        acc = Accel.setup(cfg, ctx.device)
         src, spec, train_args = {}, {}, {}
         if cfg.checkpoint:
             src = R.load_source(cfg.checkpoint, ("fp32",), cfg.model, "calibrate")
@@ -135,19 +137,20 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
             val_ds, batch_size, cfg.workers, cfg.seed, ctx.distributed, train=False)
         if cfg.skip_layers:
             disable_layers(model, cfg.skip_layers)
-        model.to(ctx.device)
+        acc.prepare(model.to(ctx.device))
         progress = cfg.progress and ctx.is_main
         t0 = time.perf_counter()
-        seen = trtqat.collect_stats(model, calib_loader, cfg.num_batches, device=ctx.device,
-                                    progress=progress)
+        with acc.autocast():  # statistics are collected eagerly; --compile is for evaluation
+            seen = trtqat.collect_stats(model, calib_loader, cfg.num_batches, device=ctx.device,
+                                        progress=progress)
         kwargs = {"percentile": cfg.percentile} if cfg.method == "percentile" else {}
         trtqat.compute_amax(model, cfg.method, **kwargs)
         calib_s = time.perf_counter() - t0
         _dump_amax(model, ctx)
         val = {"loss": None, "top1": None, "top5": None, "time_s": 0.0}
         if val_loader is not None:
-            val = evaluate(model, val_loader, ctx, limit=cfg.limit_batches, progress=progress,
-                           desc="val ptq")
+            val = evaluate(acc.compiled(model), val_loader, ctx, limit=cfg.limit_batches,
+                           progress=progress, desc="val ptq", accel=acc)
         images = seen * batch_size * ctx.world_size
         record = {"stage": "ptq", "epoch": 0, "method": cfg.method, "val_loss": val["loss"],
                   "val_top1": val["top1"], "val_top5": val["top5"],

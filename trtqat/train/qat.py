@@ -20,6 +20,7 @@ from trtqat.errors import QuantizerStateError
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
+from trtqat.train.accel import Accel, AccelOptions
 from trtqat.train.checkpoint import CheckpointError, build_from_checkpoint
 from trtqat.train.data import make_loaders
 from trtqat.train.data_sources import preprocess_of
@@ -35,7 +36,7 @@ FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
 
 
 @dataclass
-class QATConfig:
+class QATConfig(AccelOptions):
     """Options of ``trtqat qat``; None means "derive from the FP32 run" (see module doc)."""
 
     checkpoint: str = ""
@@ -116,6 +117,7 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
     run = None
     try:
         out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
+        acc = Accel.setup(cfg, ctx.device)
         src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat")
         spec = dict(src["model"])
         train_args = dict(src.get("train_args") or {})
@@ -150,6 +152,8 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
             spec["skip_layers"] = list(dict.fromkeys([*(spec.get("skip_layers") or []),
                                                       *cfg.skip_layers]))
         _check_calibrated(model, str(cfg.checkpoint))
+        acc.prepare(model)
+        fast = acc.compiled(model)  # shares model's parameters; checkpoints come from model
         optimizer = R.build_optimizer(r["opt"], model, r["lr"], r["momentum"],
                                       r["weight_decay"])
         steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
@@ -159,6 +163,7 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         start_top1 = (src.get("metrics") or {}).get("val_top1")
         if resume_ckpt is not None:
             start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
+            acc.load_checkpoint_state(resume_ckpt)
         run = RunDir(out, enabled=ctx.is_main)
         extra = {"calib": src.get("calib"), "train_args": train_args}
         if cfg.resume:
@@ -166,8 +171,8 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
             run.truncate_metrics("qat", start)
         else:
             t0 = time.perf_counter()
-            va = evaluate(model, val_loader, ctx, criterion=criterion, limit=cfg.limit_batches,
-                          progress=cfg.progress, desc="val start")
+            va = evaluate(fast, val_loader, ctx, criterion=criterion, limit=cfg.limit_batches,
+                          progress=cfg.progress, desc="val start", accel=acc)
             start_top1 = va["top1"]
             run.start(args, resume=False)
             run.log_metrics({"stage": "qat", "epoch": 0, "epochs": r["epochs"],
@@ -179,15 +184,16 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         def make_payload(epoch: int, record: dict, best_top1: float, wall_s: float) -> dict:
             return R.payload(stage="qat", model=model, spec=spec, epoch=epoch, args=args,
                              ctx=ctx, metrics=record, optimizer=optimizer, scheduler=scheduler,
-                             best_top1=best_top1, wall_time_s=wall_s, **extra)
+                             best_top1=best_top1, wall_time_s=wall_s, **extra,
+                             **acc.checkpoint_state())
 
         try:
-            result = fit(stage="qat", model=D.wrap(ctx, model), train_loader=train_loader,
+            result = fit(stage="qat", model=D.wrap(ctx, fast), train_loader=train_loader,
                          val_loader=val_loader, criterion=criterion, optimizer=optimizer,
                          scheduler=scheduler, ctx=ctx, run=run, start_epoch=start,
                          epochs=r["epochs"], best_top1=best, wall_offset=wall,
                          payload=make_payload, limit=cfg.limit_batches,
-                         stop_after=cfg.stop_after, progress=cfg.progress)
+                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr and start "
                                      "again (--overwrite)") from None

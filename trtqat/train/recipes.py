@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
+from trtqat.train import accel
 from trtqat.train import distributed as D
 from trtqat.train.checkpoint import CheckpointError, load_checkpoint
 from trtqat.train.loop import cosine_lambda
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 OPTIMIZERS = ("sgd", "adamw")
 # Options that may change between a run and its --resume without changing the result.
 RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
-               "strict", "world_size"}
+               "strict", "world_size", "compile", "channels_last"}
 
 
 class ConfigError(TrtqatError, ValueError):
@@ -55,6 +56,7 @@ def check_common(cfg: Any) -> None:
         raise ConfigError("--out must name a run folder")
     if getattr(cfg, "resume", False) and cfg.overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
+    accel.check_options(cfg)
 
 
 def as_args(cfg: Any, **resolved: Any) -> dict[str, Any]:
@@ -147,7 +149,7 @@ def load_resume(out: Path, stage: str, args: dict[str, Any], ctx: D.DistContext
 def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
             scheduler, ctx: D.DistContext) -> tuple[int, float, float]:
     """Load a resume checkpoint into the live objects; returns (epoch, best top-1, wall time)."""
-    model.load_state_dict(ckpt["state_dict"])
+    model.load_state_dict(accel.strip_compiled_prefix(ckpt["state_dict"]))
     optimizer.load_state_dict(ckpt["optimizer"])
     scheduler.load_state_dict(ckpt["scheduler"])
     rng = ckpt.get("rng") or []
@@ -162,7 +164,7 @@ def payload(*, stage: str, model: nn.Module, spec: dict[str, Any], epoch: int,
             optimizer: torch.optim.Optimizer | None = None, scheduler=None,
             best_top1: float = -1.0, wall_time_s: float = 0.0, **extra: Any) -> dict[str, Any]:
     """A checkpoint dict (plain types and tensors). Runs a collective: call on every rank."""
-    ckpt = {"stage": stage, "model": spec, "state_dict": D.unwrap(model).state_dict(),
+    ckpt = {"stage": stage, "model": spec, "state_dict": accel.plain_state_dict(model),
             "epoch": epoch, "rng": D.gather_rng_states(ctx), "metrics": metrics,
             "best_top1": best_top1, "wall_time_s": wall_time_s, "args": args, **extra}
     if optimizer is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from trtqat.atomic import write_atomic
+from trtqat.errors import TrtqatError
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 from trtqat.train.sensitivity import (
     SensitivityConfig,
@@ -26,13 +27,12 @@ PLOT_LAYERS = 30
 
 
 def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from trtqat.train.distributed import pick_device
+
     try:
-        return torch.device(name)
-    except RuntimeError:
-        raise SensitivityError(f"unknown --device {name!r}: use auto, cpu, cuda or cuda:N"
-                               ) from None
+        return pick_device(name)  # also refuses --device cuda without a GPU
+    except TrtqatError as exc:
+        raise SensitivityError(str(exc)) from None
 
 
 def load_for_sensitivity(cfg: SensitivityConfig):
