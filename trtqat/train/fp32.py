@@ -11,9 +11,11 @@ from torch import nn
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
 from trtqat.train.data import make_loaders
+from trtqat.train.health import kept_message
 from trtqat.train.loop import NonFiniteLossError, fit
 from trtqat.train.models import build_model
-from trtqat.train.run_dir import RunDir, check_out_dir
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +68,10 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
     Returns ``{"last": metrics of the last epoch, "best_top1": ..., "out": run folder}``.
     """
     ctx = D.setup(cfg.device)
-    run = None
+    run = guard = None
     try:
-        out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
+        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main)
+        out = guard.path
         D.seed_everything(cfg.seed, ctx.rank)
         train_loader, val_loader, data_classes = make_loaders(
             cfg.data, cfg.image_size, cfg.batch_size, cfg.workers, cfg.seed,
@@ -107,17 +110,14 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
                          wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
                          stop_after=cfg.stop_after, progress=cfg.progress)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr or lengthen "
-                                     "--warmup-epochs and start again (--overwrite)") from None
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr or "
+                                     "lengthen --warmup-epochs and start again (--overwrite)"
+                                     ) from None
         return {**result, "out": str(out)}
     finally:
         if run is not None:
             run.close()
+        if guard is not None:
+            guard.close()
         D.cleanup(ctx)
 
-
-def _kept(out) -> str:
-    last = out / "last.pt"
-    if last.is_file():
-        return f"The last good checkpoint is kept: {last}."
-    return "No epoch finished, so no checkpoint was written."

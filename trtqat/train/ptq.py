@@ -32,7 +32,8 @@ from trtqat.train.checkpoint import (
 )
 from trtqat.train.data import make_datasets, make_loader
 from trtqat.train.loop import evaluate
-from trtqat.train.run_dir import RunDir, check_out_dir
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,10 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     Returns ``{"last": the metrics record, "best_top1": val top-1, "out": run folder}``.
     """
     ctx = D.setup(cfg.device)
-    run = None
+    run = guard = None
     try:
-        out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
+        guard = RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite, enabled=ctx.is_main)
+        out = guard.path
         src = R.load_source(cfg.checkpoint, ("fp32",), cfg.model, "calibrate")
         spec = dict(src["model"])
         train_args = dict(src.get("args") or {})
@@ -151,4 +153,6 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     finally:
         if run is not None:
             run.close()
+        if guard is not None:
+            guard.close()
         D.cleanup(ctx)

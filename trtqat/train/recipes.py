@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
+from trtqat.finite import check_finite_arrays
 from trtqat.train import distributed as D
 from trtqat.train.checkpoint import CheckpointError, load_checkpoint
 from trtqat.train.loop import cosine_lambda
@@ -99,6 +100,8 @@ def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, ve
         raise CheckpointError(f"{path} is a sentence-encoder checkpoint: run `trtqat {verb}` "
                               "on it (the command routes encoders), or use "
                               "trtqat.transformers.runs from Python")
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {path}",
+                        "train it again with a lower --lr")
     stage = ckpt.get("stage")
     if stage not in stages:
         hint = {"fp32": "calibrate it first: trtqat calibrate --checkpoint " + str(path)}.get(
