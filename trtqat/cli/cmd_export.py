@@ -126,10 +126,13 @@ def run(args) -> int:
     from trtqat.export import Exporter, ExportError, artifact_name
     from trtqat.export.naming import INT8_VARIANTS, expand_variants
     from trtqat.export.onnx_export import check_writable
+    from trtqat.finite import check_finite_arrays
     from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
 
     variants = expand_variants(args.variant)
     ckpt = load_checkpoint(args.checkpoint)
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {args.checkpoint}",
+                        "nothing exported; retrain it with a lower --lr")
     if ckpt.get("model", {}).get("family") == "transformer":  # a sentence encoder
         from trtqat.cli.export_encoder import run_encoder
 

@@ -10,6 +10,7 @@ import onnx
 
 from trtqat.engines.errors import ModelFileError
 from trtqat.engines.specs import TensorSpec
+from trtqat.finite import check_finite_arrays, onnx_initializers
 
 
 def read_onnx_bytes(path: str | os.PathLike[str]) -> bytes:
@@ -42,6 +43,8 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelFileError(f"{p} is not a valid ONNX model ({first}); "
                              "export it again with 'trtqat export'") from None
+    check_finite_arrays(onnx_initializers(model), f"ONNX model {p}",
+                        "no engine built; export it from a finite checkpoint")
     return model
 
 
