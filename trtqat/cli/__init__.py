@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from trtqat.cli.validate import OneLineParser
 from trtqat.errors import TrtqatError
 
 # Order shown in --help. A name here is a module trtqat.cli.cmd_<name>.
@@ -21,7 +22,7 @@ COMMANDS = ["demo", "train", "calibrate", "qat", "export", "lint", "build", "com
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``trtqat`` with every available subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trtqat",
         description="Quantization-aware training to fast INT8 engines: train, calibrate (PTQ), "
         "fine-tune (QAT), export Q/DQ ONNX, build and benchmark engines, compare.",

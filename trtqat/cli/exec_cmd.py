@@ -15,19 +15,16 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from trtqat.cli.validate import OneLineParser, check_engine_outputs, writable_file
 from trtqat.errors import TrtqatError
 
 PROG = "trtqat-exec"
 _UNITS = {"": 1 << 20, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+_Parser = OneLineParser  # argparse with one-line errors
 
 
 def parse_mem_pools(text: str) -> dict[str, int]:
@@ -133,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = p.add_argument_group("model")
     model.add_argument("--onnx", metavar="FILE", help="build from this ONNX model")
     model.add_argument("--loadEngine", metavar="FILE", help="load a saved engine")
-    model.add_argument("--saveEngine", metavar="FILE", help="save the built engine")
+    model.add_argument("--saveEngine", metavar="FILE", type=writable_file,
+                       help="save the built engine")
     model.add_argument("--skipInference", action="store_true", help="build (and save) only")
     add_build_arguments(p)
     run = p.add_argument_group("inference")
@@ -150,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                            const=False)
     transfers.add_argument("--includeDataTransfers", dest="transfers", action="store_const",
                            const=True)
-    run.add_argument("--exportTimes", metavar="FILE", help="per-query times as JSON")
+    run.add_argument("--exportTimes", metavar="FILE", type=writable_file,
+                     help="per-query times as JSON")
     run.add_argument("--separateProfileRun", action="store_true",
                      help="profile layers in a separate run after timing")
     run.add_argument("--dumpProfile", action="store_true", help="print the per-layer profile")
@@ -221,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
+    check_engine_outputs(args, [("--saveEngine", "saveEngine"),
+                                ("--exportTimes", "exportTimes")])
     backend = canonical_backend(args.backend)
     options = build_options_from_args(args)
     settings = BenchmarkSettings(

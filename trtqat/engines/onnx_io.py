@@ -16,6 +16,8 @@ from trtqat.finite import check_finite_arrays, onnx_initializers
 def read_onnx_bytes(path: str | os.PathLike[str]) -> bytes:
     """The raw bytes of an ONNX file, or ModelFileError when it is missing or empty."""
     p = Path(path)
+    if p.is_dir():
+        raise ModelFileError(f"{p} is a folder, not an ONNX file; give the .onnx file itself")
     if not p.is_file():
         raise ModelFileError(f"ONNX file {p} does not exist; export one with 'trtqat export'")
     data = p.read_bytes()

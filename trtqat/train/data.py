@@ -178,6 +178,9 @@ def _image_folder(root: Path, image_size: int, strict: bool, augment: bool
     if tr_classes != va_classes:
         raise DataError(f"{root}/train and {root}/val have different class folders "
                         f"({len(tr_classes)} vs {len(va_classes)}): they must match")
+    if len(tr_classes) < 2:
+        raise DataError(f"{root}/train has {len(tr_classes)} class folder ({tr_classes[0]}): a "
+                        "classifier needs at least 2, one sub-folder per class")
     norm = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     train_tf = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(image_size, antialias=True),
                            v2.RandomHorizontalFlip(), *norm])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,10 @@ def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool =
         value = getattr(cfg, name, None)
         if value is None and allow_none:
             continue
-        if value is None or (value < 0 if zero else value <= 0):
+        if value is None or not math.isfinite(value) or (value < 0 if zero else value <= 0):
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} must be {'>= 0' if zero else '> 0'}, got {value}")
+            raise ConfigError(f"{flag} must be a finite number {'>= 0' if zero else '> 0'}, "
+                              f"got {value}")
 
 
 def check_common(cfg: Any) -> None:
