@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 ENQUEUE_BOUND_RATIO = 0.8
 UNSTABLE_COV_PERCENT = 2.5
 # What the summary advises for unstable timings. It names only flags that trtqat-exec
-# accepts (tests/faults checks this against its parser): trtexec's own text also suggests
-# --useSpinWait, to be added here once trtqat-exec takes that flag.
+# accepts (tests/faults checks every flag named in this module against its parser);
+# trtexec's own text also suggests its spin-wait flag: name it here once trtqat-exec has it.
 UNSTABLE_ADVICE = ("  If not already in use, locking GPU clock frequency may improve the "
                    "stability.")
 
