@@ -95,13 +95,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated file, not a torch file, unpickling refused
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "weights_only" in str(exc) or "Unpickler" in str(exc):
-            # torch's text suggests weights_only=False, which must never be used on a file
-            # of unknown origin: say what the file is instead
-            first = ("it is not a file of tensors and plain types (corrupt, or it holds "
-                     "Python objects, which trtqat never unpickles)")
-        raise CheckpointError(f"cannot read checkpoint {path}: {first}; pass a .pt written "
-                              "by trtqat train/calibrate/qat") from None
+        # torch's own text may advise weights_only=False, which must never be used on a file
+        # of unknown origin: say what the file is instead
+        detail = "" if "weights_only" in str(exc) else f" ({first[:120]})"
+        raise CheckpointError(f"cannot read checkpoint {path}: it is not a file of tensors and "
+                              "plain types (corrupt, truncated, or it holds Python objects, "
+                              f"which trtqat never unpickles){detail}; pass a .pt written by "
+                              "trtqat train/calibrate/qat") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a trtqat checkpoint (no '{FORMAT}' marker): "
                               "pass a .pt written by trtqat train/calibrate/qat")
