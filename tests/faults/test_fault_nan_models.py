@@ -89,3 +89,18 @@ def test_finite_helpers_name_the_first_bad_tensor(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(NonFiniteError, match="the model to export is not finite"):
         Exporter(model, torch.randn(2, 2))
+
+
+def test_compare_refuses_nan_engine_outputs():
+    from types import SimpleNamespace
+
+    from trtqat.compare.run import _accuracy
+
+    class NanRunner:
+        def infer(self, feed):
+            return {"y": np.full((2, 10), np.nan, dtype=np.float32)}
+
+    data = SimpleNamespace(val=[(np.zeros((2, 3, 8, 8), np.float32), np.zeros(2, int))],
+                           num_classes=10)
+    with pytest.raises(NonFiniteError, match="the engine's output is not finite: 'logits'"):
+        _accuracy(NanRunner(), data, "x")

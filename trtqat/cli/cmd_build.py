@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
         description="Build an engine from an ONNX file and save it. Benchmark it with "
         "'trtqat-exec --loadEngine=FILE'.")
     parser.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX model")
-    parser.add_argument("--out", required=True, metavar="FILE", type=writable_file, help="engine file to write")
+    parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
+                        help="engine file to write")
     add_build_arguments(parser)
     parser.set_defaults(func=run)
 

@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "default builtin)")
     g.add_argument("--num-sentences", type=positive_int, default=512,
                    help="calibration sentences from the corpus' training split")
-    g.add_argument("--max-length", type=int_range(2), default=128, help="tokens per sentence (truncation)")
+    g.add_argument("--max-length", type=int_range(2), default=128,
+                   help="tokens per sentence (truncation)")
     g.add_argument("--fp32-out", default=None, metavar="RUN_DIR", type=writable_dir,
                    help="where the FP32 reference checkpoint goes (default: OUT/../fp32)")
     add_data_args(p, inherit=True)

@@ -27,16 +27,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default="digits", help="digits, synthetic or an ImageFolder path")
     p.add_argument("--image-size", type=positive_int, default=32)
     p.add_argument("--epochs", type=positive_int, default=15, help="FP32 training epochs")
-    p.add_argument("--calib-batches", type=positive_int, default=8, help="batches per PTQ calibration")
-    p.add_argument("--runs", default="runs/demo", type=writable_dir, help="folder of the training run folders")
-    p.add_argument("--export-dir", default="export", type=writable_dir, help="where the ONNX variants go")
-    p.add_argument("--out", default="engines", type=writable_dir, help="where engines and the report go")
+    p.add_argument("--calib-batches", type=positive_int, default=8,
+                   help="batches per PTQ calibration")
+    p.add_argument("--runs", default="runs/demo", type=writable_dir,
+                   help="folder of the training run folders")
+    p.add_argument("--export-dir", default="export", type=writable_dir,
+                   help="where the ONNX variants go")
+    p.add_argument("--out", default="engines", type=writable_dir,
+                   help="where engines and the report go")
     p.add_argument("--backend", default="ort", help="ort or tensorrt")
     p.add_argument("--batch-sizes", type=int_list, default=(1, 32),
                    help="latency at the first, throughput at the last")
-    p.add_argument("--duration", type=finite_float(gt=0, unit="seconds"), default=1.0, dest="duration_s",
+    p.add_argument("--duration", type=finite_float(gt=0, unit="seconds"), default=1.0,
+                   dest="duration_s",
                    help="seconds of measurement per variant and batch size")
-    p.add_argument("--threads", type=non_negative_int, default=None, help="ONNX Runtime intra-op threads")
+    p.add_argument("--threads", type=non_negative_int, default=None,
+                   help="ONNX Runtime intra-op threads")
     p.add_argument("--fresh", action="store_true", help="redo every stage")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bars")

@@ -39,7 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--checkpoint", required=True, help="a .pt of train/calibrate/qat, or its run folder")
     p.add_argument("--variant", default="all", choices=VARIANT_CHOICES,
                    help="int8 variants need a calibrated (ptq) or qat checkpoint (default: all)")
-    p.add_argument("--out", default="export", type=writable_dir, help="output folder (default: export)")
+    p.add_argument("--out", default="export", type=writable_dir,
+                   help="output folder (default: export)")
     p.add_argument("--opset", type=positive_int, default=17,
                    help="ONNX opset, >= 13 (default 17; int8-fp16 uses >= 19 for fp16 scales)")
     p.add_argument("--batch", type=_batch, default=None, metavar="dynamic|N",

@@ -57,7 +57,8 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
                    help="input resolution (square)")
     g.add_argument("--batch-size", "-b", type=positive_int, default=None if inherit else 32,
                    help="batch size per process")
-    g.add_argument("--workers", "-j", type=non_negative_int, default=0, help="data loader processes")
+    g.add_argument("--workers", "-j", type=non_negative_int, default=0,
+                   help="data loader processes")
     g.add_argument("--seed", type=seed_int, default=0, help="random seed (shuffling, augmentation)")
     g.add_argument("--strict", action="store_true",
                    help="fail on unreadable images instead of skipping them with a warning")
@@ -93,11 +94,13 @@ def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
                    + (" (default: 1%% of --lr)" if inherit else ""))
     g.add_argument("--momentum", type=finite_float(ge=0, lt=1), default=None if inherit else 0.9,
                    help="SGD momentum (Nesterov)")
-    g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0), default=None if inherit else 5e-4,
+    g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0),
+                   default=None if inherit else 5e-4,
                    help="weight decay")
     g.add_argument("--opt", choices=["sgd", "adamw"], default=None if inherit else "sgd",
                    help="optimizer")
-    g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1), default=None if inherit else 0.0,
+    g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1),
+                   default=None if inherit else 0.0,
                    help="label smoothing of the cross-entropy loss")
 
 

@@ -27,11 +27,13 @@ log = logging.getLogger(__name__)
 
 def lock_path(folder: Path) -> Path:
     """The lock file of a run folder (beside it, so that moving the folder keeps it)."""
+    folder = folder.absolute()
     return folder.parent / f".{folder.name}.lock"
 
 
 def aside_path(folder: Path) -> Path:
     """Where ``--overwrite`` keeps the old run until the new one has a checkpoint."""
+    folder = folder.absolute()
     return folder.parent / f".{folder.name}.replaced"
 
 
@@ -146,6 +148,12 @@ class RunGuard:
         except BaseException:
             self.close()
             raise
+
+    def __enter__(self) -> RunGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Delete or restore the old run (see module doc) and release the lock."""

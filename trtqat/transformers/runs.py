@@ -30,6 +30,7 @@ from trtqat.quant.model_ops import AMAX_METHODS
 from trtqat.train import recipes as R
 from trtqat.train.checkpoint import CheckpointError, copy_checkpoint, load_checkpoint
 from trtqat.train.run_dir import RunDir, RunDirError, check_out_dir
+from trtqat.train.run_lock import RunGuard
 from trtqat.transformers.checkpoint import (
     build_encoder_from_checkpoint,
     encoder_spec,
@@ -183,7 +184,11 @@ def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
 
     Returns ``{"last": metrics record, "fidelity": held-out fidelity, "out", "fp32"}``.
     """
-    out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite) as guard:
+        return _calibrate_encoder_run(cfg, guard.path)
+
+
+def _calibrate_encoder_run(cfg: EncoderCalibrateConfig, out: Path) -> dict[str, Any]:
     data = _check_data(cfg.data)
     fp32, tok, arch, source = _source(cfg)
     fp32_dir, write_fp32 = _fp32_folder(cfg, out, source)
@@ -282,7 +287,11 @@ def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
 
     Returns ``{"last", "start" (fidelity before), "fidelity" (after), "out"}``.
     """
-    out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite) as guard:
+        return _qat_encoder_run(cfg, guard.path)
+
+
+def _qat_encoder_run(cfg: EncoderQATRunConfig, out: Path) -> dict[str, Any]:
     src = load_checkpoint(cfg.checkpoint)
     if not is_encoder_checkpoint(src):
         raise CheckpointError(f"{cfg.checkpoint} is not an encoder checkpoint")
