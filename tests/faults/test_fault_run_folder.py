@@ -58,6 +58,10 @@ def test_overwrite_that_fails_before_its_first_checkpoint_keeps_the_old_run(tmp_
     one_error_line(rc, err, "no such folder")
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == old
     assert not aside_path(out).exists() and not lock_path(out).exists()
+    rc, err = run_cli(capsys, ["calibrate", "--checkpoint", str(out / "best.pt"), "--out",
+                               str(out), "--overwrite"])
+    one_error_line(rc, err, "is inside --out")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == old
     rc, err = run_cli(capsys, train_argv(out, "--overwrite", "--seed", "1"))
     assert rc == 0, err
     assert load_checkpoint(out / "last.pt")["args"]["seed"] == 1

@@ -90,7 +90,8 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     ctx = D.setup(cfg.device)
     run = guard = None
     try:
-        guard = RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite, enabled=ctx.is_main)
+        guard = RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite, enabled=ctx.is_main,
+                         inputs=[("--checkpoint", cfg.checkpoint)])
         out = guard.path
         src = R.load_source(cfg.checkpoint, ("fp32",), cfg.model, "calibrate")
         spec = dict(src["model"])

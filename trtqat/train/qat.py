@@ -112,7 +112,8 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
     ctx = D.setup(cfg.device)
     run = guard = None
     try:
-        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main)
+        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main,
+                         inputs=[("--checkpoint", cfg.checkpoint)])
         out = guard.path
         src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat")
         spec = dict(src["model"])

@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from trtqat.atomic import remove_stale_temps
@@ -117,6 +118,17 @@ def _recover(folder: Path) -> None:
                 "checkpoint", folder)
 
 
+def _check_inputs_outside(folder: Path, inputs: Iterable[tuple[str, object]]) -> None:
+    """``--overwrite`` moves ``folder`` away: refuse when an input of the command is in it."""
+    root = folder.absolute().resolve()
+    for flag, value in inputs:
+        if value and root in (Path(str(value)).absolute().resolve(),
+                              *Path(str(value)).absolute().resolve().parents):
+            raise RunDirError(f"{flag} {value} is inside --out {folder}, which --overwrite "
+                              "replaces: the run would destroy its own input; choose another "
+                              "--out")
+
+
 class RunGuard:
     """The run folder of one command, locked, with ``--overwrite`` made safe; see module doc.
 
@@ -125,8 +137,10 @@ class RunGuard:
     """
 
     def __init__(self, out: str | os.PathLike, resume: bool, overwrite: bool,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, inputs: Iterable[tuple[str, object]] = ()) -> None:
         self.path = Path(out)
+        if overwrite:
+            _check_inputs_outside(self.path, inputs)
         self._lock: RunLock | None = None
         self._aside: Path | None = None
         if not enabled:

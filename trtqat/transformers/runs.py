@@ -184,7 +184,8 @@ def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
 
     Returns ``{"last": metrics record, "fidelity": held-out fidelity, "out", "fp32"}``.
     """
-    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite) as guard:
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
+                  inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
         return _calibrate_encoder_run(cfg, guard.path)
 
 
@@ -287,7 +288,8 @@ def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
 
     Returns ``{"last", "start" (fidelity before), "fidelity" (after), "out"}``.
     """
-    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite) as guard:
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
+                  inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
         return _qat_encoder_run(cfg, guard.path)
 
 
