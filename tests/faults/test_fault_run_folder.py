@@ -143,3 +143,10 @@ def test_checkpoints_and_run_files_get_the_umask_mode(tmp_path, capsys, tiny, mo
         os.umask(old)
     for name in ("last.pt", "best.pt", "args.yaml", "metrics.jsonl"):
         assert (out / name).stat().st_mode & 0o777 == 0o666 & ~mode, name
+
+
+def test_a_refused_run_leaves_no_folders_behind(tmp_path, capsys, tiny):
+    out = tmp_path / "new" / "deeper" / "run"
+    rc, err = run_cli(capsys, train_argv(out, "--data", str(tmp_path / "nope")))
+    one_error_line(rc, err, "no such folder")
+    assert not (tmp_path / "new").exists()

@@ -57,11 +57,14 @@ class RunLock:
         self.folder = Path(folder)
         self.path = lock_path(self.folder)
         self._fd: int | None = None
+        self._made: list[Path] = []  # parent folders created for the lock file
 
     def acquire(self) -> RunLock:
         """Take the lock, or raise :class:`RunDirError` naming the PID that holds it."""
+        parent = self.path.parent
+        self._made = [p for p in (parent, *parent.parents) if not p.exists()]
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            parent.mkdir(parents=True, exist_ok=True)
             while True:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
                 try:
@@ -82,18 +85,31 @@ class RunLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as exc:
+            self._remove_made()
             raise RunDirError(f"cannot write the run folder {self.folder}: "
                               f"{exc.strerror or exc}; choose a writable --out") from None
+        except BaseException:
+            self._remove_made()
+            raise
         self._fd = fd
         return self
 
     def release(self) -> None:
-        """Drop the lock (and its file)."""
+        """Drop the lock (and its file, and the folders made for it if still empty)."""
         if self._fd is None:
             return
         self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
+        self._remove_made()
+
+    def _remove_made(self) -> None:
+        for folder in self._made:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._made = []
 
     def __enter__(self) -> RunLock:
         return self.acquire()
