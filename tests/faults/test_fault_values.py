@@ -80,3 +80,27 @@ def test_benchmark_advice_names_only_flags_trtqat_exec_takes():
     source = Path(timing.__file__).read_text()
     advised = set(re.findall(r"(--[A-Za-z]+)", timing.UNSTABLE_ADVICE + source))
     assert advised and advised <= known, advised - known
+
+
+def test_validators_accept_good_values_and_name_the_bad(tmp_path):
+    from trtqat.cli import validate as v
+
+    assert v.positive_int(" 3") == 3 and v.int_list("1,32") == (1, 32)
+    assert v.finite_float(gt=0, le=100, unit="percent")("99.9") == 99.9
+    assert v.probability("0") == 0.0
+    (tmp_path / "f").write_text("x")
+    assert v.existing_file(str(tmp_path / "f")) == str(tmp_path / "f")
+    assert v.existing_dir(str(tmp_path)) == str(tmp_path)
+    assert v.writable_dir(str(tmp_path / "a" / "b")) and not (tmp_path / "a").exists()
+    for check, text, words in [
+        (v.positive_int, "1.5", "expected an integer >= 1, got '1.5'"),
+        (v.finite_float(gt=0, le=100, unit="percent"), "-inf", "(percent), got '-inf'"),
+        (v.probability, "1.01", "expected a finite number >= 0 and <= 1 (a fraction)"),
+        (v.int_list, "", "comma-separated integers >= 1"),
+        (v.existing_file, str(tmp_path), "is a folder, not a file"),
+        (v.existing_file, str(tmp_path / "nope"), "does not exist"),
+        (v.existing_dir, str(tmp_path / "f"), "is a file, not a folder"),
+        (v.writable_file, str(tmp_path), "is a folder; give a file path"),
+    ]:
+        with pytest.raises(v.BadValue, match=re.escape(words)):
+            check(text)
