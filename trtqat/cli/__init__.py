@@ -18,6 +18,7 @@ from trtqat.cli.parsing import (
     dry_run_line,
     dry_run_requested,
 )
+from trtqat.cli.validate import OneLineParser
 from trtqat.errors import TrtqatError
 
 # Order shown in --help. A name here is a module trtqat.cli.cmd_<name>.
@@ -64,7 +65,7 @@ class _VersionAction(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``trtqat`` with every available subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trtqat",
         description="Quantization-aware training to fast INT8 engines: train, calibrate (PTQ), "
         "fine-tune (QAT), export Q/DQ ONNX, build and benchmark engines, compare.",

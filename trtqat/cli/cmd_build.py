@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from trtqat.cli.exec_cmd import add_build_arguments, build_options_from_args, warn_ignored_flags
+from trtqat.cli.validate import check_engine_outputs, writable_file
 
 
 def register(subparsers: Any) -> None:
@@ -16,7 +17,8 @@ def register(subparsers: Any) -> None:
         description="Build an engine from an ONNX file and save it. Benchmark it with "
         "'trtqat-exec --loadEngine=FILE'.")
     parser.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX model")
-    parser.add_argument("--out", required=True, metavar="FILE", help="engine file to write")
+    parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
+                        help="engine file to write")
     add_build_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -26,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from trtqat.engines import builder_class, canonical_backend
     from trtqat.engines.fileformat import sidecar_path
 
+    check_engine_outputs(args, [("--out", "out")])
     backend = canonical_backend(args.backend or "ort")
     warn_ignored_flags(args, backend, loading=False)
     start = time.perf_counter()

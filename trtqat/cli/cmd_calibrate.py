@@ -16,6 +16,7 @@ from trtqat.cli.cmd_train import (
     formatter,
     report,
 )
+from trtqat.cli.validate import finite_float, int_range, positive_int, writable_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--method", choices=["max", "percentile", "mse", "entropy"],
                    default=None, help="how amax is computed from the activation histograms "
                    "(default: entropy for CNNs, mse for encoders)")
-    g.add_argument("--percentile", type=float, default=99.99,
+    g.add_argument("--percentile", type=finite_float(gt=0, le=100, unit="percent"), default=99.99,
                    help="percentile kept by --method percentile")
-    g.add_argument("--num-batches", type=int, default=16,
+    g.add_argument("--num-batches", type=positive_int, default=16,
                    help="calibration batches per process")
     g.add_argument("--skip-layers", type=csv, default=(), metavar="A,B",
                    help="glob patterns of layers kept in float, e.g. 'conv1,fc'")
@@ -58,10 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --model: output classes (default: the model's own)")
     g = p.add_argument_group("encoders (--model minilm|FOLDER; --data builtin|FILE.txt, "
                              "default builtin)")
-    g.add_argument("--num-sentences", type=int, default=512,
+    g.add_argument("--num-sentences", type=positive_int, default=512,
                    help="calibration sentences from the corpus' training split")
-    g.add_argument("--max-length", type=int, default=128, help="tokens per sentence (truncation)")
-    g.add_argument("--fp32-out", default=None, metavar="RUN_DIR",
+    g.add_argument("--max-length", type=int_range(2), default=128,
+                   help="tokens per sentence (truncation)")
+    g.add_argument("--fp32-out", default=None, metavar="RUN_DIR", type=writable_dir,
                    help="where the FP32 reference checkpoint goes (default: OUT/../fp32)")
     add_data_args(p, inherit=True, calibration=True)
     add_run_args(p, "runs/ptq", resumable=False)

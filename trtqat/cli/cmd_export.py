@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from collections.abc import Callable
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trtqat.cli.cmd_train import image_size_arg
+from trtqat.cli.validate import BadValue, int_range, positive_int, writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +24,9 @@ def _batch(value: str) -> int | None:
     if value == "dynamic":
         return None
     try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--batch takes 'dynamic' or a number, not {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--batch must be >= 1, got {n}")
-    return n
+        return positive_int(value)
+    except BadValue:
+        raise BadValue(f"expected 'dynamic' or an integer >= 1, got {value!r}") from None
 
 
 def register(subparsers) -> None:
@@ -44,15 +40,16 @@ def register(subparsers) -> None:
     p.add_argument("--checkpoint", required=True, help="a .pt of train/calibrate/qat, or its run folder")
     p.add_argument("--variant", default="all", choices=VARIANT_CHOICES,
                    help="int8 variants need a calibrated (ptq) or qat checkpoint (default: all)")
-    p.add_argument("--out", default="export", help="output folder (default: export)")
-    p.add_argument("--opset", type=int, default=17,
+    p.add_argument("--out", default="export", type=writable_dir,
+                   help="output folder (default: export)")
+    p.add_argument("--opset", type=positive_int, default=17,
                    help="ONNX opset, >= 13 (default 17; int8-fp16 uses >= 19 for fp16 scales)")
     p.add_argument("--batch", type=_batch, default=None, metavar="dynamic|N",
                    help="dynamic batch dimension (default) or a fixed batch N")
     p.add_argument("--dynamic", type=_csv, default=None, metavar="AXES",
                    help="dynamic axes of the image input, of batch,height,width (default: "
                    "batch, or none with --batch N)")
-    p.add_argument("--seq-len", type=int, default=None,
+    p.add_argument("--seq-len", type=int_range(2), default=None,
                    help="encoders: sequence length of the traced example, still dynamic "
                    "(default: the checkpoint's max_length, 128)")
     p.add_argument("--image-size", type=image_size_arg, default=None, metavar="N|HxW",
@@ -62,7 +59,7 @@ def register(subparsers) -> None:
     p.add_argument("--data", default=None,
                    help="validation data: digits, synthetic, an ImageFolder, a flat image "
                    "folder or a .npy/.npz (default: the checkpoint's, else digits)")
-    p.add_argument("--val-batches", type=int, default=None,
+    p.add_argument("--val-batches", type=positive_int, default=None,
                    help="validate on at most this many batches of 64 (default: the whole split)")
     p.add_argument("--no-validate", action="store_true",
                    help="skip ONNX Runtime checks and the lint (onnx.checker still runs)")
@@ -131,11 +128,14 @@ def run(args) -> int:
     from trtqat.export import Exporter, ExportError, artifact_name
     from trtqat.export.naming import INT8_VARIANTS, expand_variants
     from trtqat.export.onnx_export import check_writable, make_example_inputs
+    from trtqat.finite import check_finite_arrays
     from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
     from trtqat.train.data_sources import make_preprocess
 
     variants = expand_variants(args.variant)
     ckpt = load_checkpoint(args.checkpoint)
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {args.checkpoint}",
+                        "nothing exported; retrain it with a lower --lr")
     if ckpt.get("model", {}).get("family") == "transformer":  # a sentence encoder
         from trtqat.cli.export_encoder import run_encoder
 

@@ -11,6 +11,16 @@ import sys
 import textwrap
 from typing import Any
 
+from trtqat.cli.validate import (
+    BadValue,
+    finite_float,
+    int_range,
+    non_negative_int,
+    positive_int,
+    seed_int,
+    writable_dir,
+)
+
 EPILOG_DIST = ("Several processes: torchrun --nproc_per_node=N -m trtqat {cmd} ... "
                "(DistributedDataParallel; gloo on CPU, nccl on GPU; rank 0 writes the run).")
 
@@ -43,8 +53,8 @@ def image_size_arg(text: str) -> int | tuple[int, int]:
 
     try:
         return parse_size(text)
-    except DataSourceError as exc:
-        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    except DataSourceError as exc:  # a refused value: exit 1 like every validator's
+        raise BadValue(str(exc).split(": ", 1)[-1]) from None
 
 
 def add_model_source_args(g: argparse._ArgumentGroup) -> None:
@@ -75,10 +85,11 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
                    help="normalization std per channel (default: ImageNet's)")
     g.add_argument("--channels", type=int, choices=[1, 3], default=None,
                    help="image channels: 3 (RGB, default) or 1 (grayscale)")
-    g.add_argument("--batch-size", "-b", type=int, default=None if inherit else 32,
+    g.add_argument("--batch-size", "-b", type=positive_int, default=None if inherit else 32,
                    help="batch size per process")
-    g.add_argument("--workers", "-j", type=int, default=0, help="data loader processes")
-    g.add_argument("--seed", type=int, default=0, help="random seed (shuffling, augmentation)")
+    g.add_argument("--workers", "-j", type=non_negative_int, default=0,
+                   help="data loader processes")
+    g.add_argument("--seed", type=seed_int, default=0, help="random seed (shuffling, augmentation)")
     g.add_argument("--strict", action="store_true",
                    help="fail on unreadable images instead of skipping them with a warning")
 
@@ -87,16 +98,16 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
     """--out, --resume, --overwrite, --device, --limit-batches, --stop-after, --no-progress,
     and the speed options of :func:`add_accel_args`."""
     g = p.add_argument_group("run")
-    g.add_argument("--out", "-o", default=out, metavar="RUN_DIR",
+    g.add_argument("--out", "-o", default=out, metavar="RUN_DIR", type=writable_dir,
                    help="run folder: args.yaml, metrics.jsonl, last.pt, best.pt")
     if resumable:
         g.add_argument("--resume", action="store_true",
                        help="continue the run in --out from its last.pt (same options)")
-        g.add_argument("--stop-after", type=int, default=None, metavar="EPOCHS",
+        g.add_argument("--stop-after", type=positive_int, default=None, metavar="EPOCHS",
                        help="stop after this epoch, as if interrupted (continue with --resume)")
     g.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    g.add_argument("--limit-batches", type=int, default=None, metavar="N",
+    g.add_argument("--limit-batches", type=positive_int, default=None, metavar="N",
                    help="use at most N batches per epoch for train and val (quick checks)")
     g.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bars or per-epoch lines")
@@ -121,19 +132,21 @@ def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
     """--lr, --min-lr, --momentum, --weight-decay, --opt, --label-smoothing."""
     g = p.add_argument_group("optimizer" + (" (default: derived from the FP32 run)"
                                             if inherit else ""))
-    g.add_argument("--lr", type=float, default=None if inherit else 0.05,
+    g.add_argument("--lr", type=finite_float(gt=0), default=None if inherit else 0.05,
                    help="peak learning rate"
                    + (" (default: 1%% of the FP32 lr)" if inherit else ""))
-    g.add_argument("--min-lr", type=float, default=None if inherit else 0.0,
+    g.add_argument("--min-lr", type=finite_float(ge=0), default=None if inherit else 0.0,
                    help="final learning rate of the cosine schedule"
                    + (" (default: 1%% of --lr)" if inherit else ""))
-    g.add_argument("--momentum", type=float, default=None if inherit else 0.9,
+    g.add_argument("--momentum", type=finite_float(ge=0, lt=1), default=None if inherit else 0.9,
                    help="SGD momentum (Nesterov)")
-    g.add_argument("--weight-decay", "--wd", type=float, default=None if inherit else 5e-4,
+    g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0),
+                   default=None if inherit else 5e-4,
                    help="weight decay")
     g.add_argument("--opt", choices=["sgd", "adamw"], default=None if inherit else "sgd",
                    help="optimizer")
-    g.add_argument("--label-smoothing", type=float, default=None if inherit else 0.0,
+    g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1),
+                   default=None if inherit else 0.0,
                    help="label smoothing of the cross-entropy loss")
 
 
@@ -169,13 +182,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--model", "-m", default="resnet18",
                    help="torchvision classification model name (resnet18, mobilenet_v2, ...), "
                    "a timm name (resnet50.a1_in1k; needs timm), or path/to/file.py:factory")
-    g.add_argument("--num-classes", type=int, default=None,
+    g.add_argument("--num-classes", type=int_range(2), default=None,
                    help="output classes (default: the data set's)")
     add_model_source_args(g)
     add_data_args(p)
     g = p.add_argument_group("schedule")
-    g.add_argument("--epochs", type=int, default=15, help="training epochs")
-    g.add_argument("--warmup-epochs", type=float, default=1.0,
+    g.add_argument("--epochs", type=positive_int, default=15, help="training epochs")
+    g.add_argument("--warmup-epochs", type=finite_float(ge=0, unit="epochs"), default=1.0,
                    help="linear warm-up before the cosine decay (at most half the run)")
     add_optim_args(p)
     add_run_args(p, "runs/fp32")

@@ -15,21 +15,18 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from trtqat.cli.exec_feed import make_feed
 from trtqat.cli.parsing import dry_run_line, dry_run_requested
+from trtqat.cli.validate import OneLineParser, check_engine_outputs, writable_file
 from trtqat.errors import TrtqatError
 
 PROG = "trtqat-exec"
 _UNITS = {"": 1 << 20, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+_Parser = OneLineParser  # argparse with one-line errors
 
 
 def parse_mem_pools(text: str) -> dict[str, int]:
@@ -150,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = p.add_argument_group("model")
     model.add_argument("--onnx", metavar="FILE", help="build from this ONNX model")
     model.add_argument("--loadEngine", metavar="FILE", help="load a saved engine")
-    model.add_argument("--saveEngine", metavar="FILE", help="save the built engine")
+    model.add_argument("--saveEngine", metavar="FILE", type=writable_file,
+                       help="save the built engine")
     model.add_argument("--skipInference", action="store_true", help="build (and save) only")
     model.add_argument("--dumpLayerInfo", action="store_true", help="print the engine's layers")
     model.add_argument("--exportLayerInfo", metavar="FILE", help="the engine's layers as JSON")
@@ -176,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--infStreams", type=int, metavar="N",
                      help="inference streams, each with its own context (TensorRT; default 1)")
     run.add_argument("--device", type=int, metavar="N", help="CUDA device (default 0)")
-    run.add_argument("--exportTimes", metavar="FILE", help="per-query times as JSON")
+    run.add_argument("--exportTimes", metavar="FILE", type=writable_file,
+                     help="per-query times as JSON")
     run.add_argument("--exportOutput", metavar="FILE", help="the outputs of one query as JSON")
     run.add_argument("--exportProfile", metavar="FILE",
                      help="per-layer profile as JSON (a separate profiled run)")
@@ -203,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
+    check_engine_outputs(args, [("--saveEngine", "saveEngine"),
+                                ("--exportTimes", "exportTimes")])
     if args.infStreams is not None and args.infStreams < 1:
         raise OptionsError(f"--infStreams must be >= 1, got {args.infStreams}")
     if args.device is not None and args.device < 0:

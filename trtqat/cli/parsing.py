@@ -8,6 +8,8 @@ import argparse
 import os
 from typing import Any
 
+from trtqat.cli.validate import OneLineParser
+
 DRY_RUN_ENV = "TRTQAT_DRY_RUN"
 
 
@@ -31,8 +33,8 @@ def _shown_default(default: Any) -> str | None:
     return None if default is argparse.SUPPRESS else str(default)
 
 
-class SubcommandParser(argparse.ArgumentParser):
-    """An ArgumentParser whose help never shows Python reprs such as ``(default: ())``."""
+class SubcommandParser(OneLineParser):
+    """A one-line-error parser whose help never shows Python reprs such as ``(default: ())``."""
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         formatter = super()._get_formatter()

@@ -14,6 +14,7 @@ import numpy as np
 from trtqat.compare.report import VariantResult, build_report, format_table, write_report
 from trtqat.compare.variants import CompareError, Variant, discover, explicit
 from trtqat.errors import TrtqatError
+from trtqat.finite import check_finite_arrays
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,8 @@ def _accuracy(runner, data: _Data, input_name: str) -> dict[str, float]:
     k = min(5, data.num_classes)
     for x, y in data.val:
         logits = next(iter(runner.infer({input_name: x}).values())).astype(np.float32)
+        check_finite_arrays([("logits", logits)], "the engine's output", "not measured; "
+                            "export and build it from a finite checkpoint")
         top = np.argsort(-logits, axis=1)[:, :k]
         correct1 += int((top[:, 0] == y).sum())
         correct5 += int((top == y[:, None]).any(axis=1).sum())

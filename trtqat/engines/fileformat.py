@@ -117,6 +117,9 @@ def read_engine_files(path: str | os.PathLike[str]) -> EngineFile:
     match its engine.
     """
     p = Path(path)
+    if p.is_dir():
+        raise EngineFileError(f"{p} is a folder, not an engine file; give the engine file "
+                              "itself, e.g. --loadEngine=engines/model.engine")
     if not p.is_file():
         raise EngineFileError(f"engine file {p} does not exist; build one with "
                               f"'trtqat build --onnx MODEL.onnx --out {p}'")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -26,6 +28,26 @@ def format_shape(shape: Sequence[int | None]) -> str:
     return "x".join("?" if d is None or d < 0 else str(d) for d in shape) or "scalar"
 
 
+def total_memory() -> int:
+    """Bytes of physical memory of this machine (a large number if unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 50
+
+
+def check_shape_memory(name: str, shape: Shape, flag: str, itemsize: int = 4) -> None:
+    """Refuse a shape whose tensor (``itemsize`` bytes per element, float32 by default)
+    would not fit in this machine's memory, before anything is allocated."""
+    nbytes = math.prod(shape) * itemsize
+    limit = total_memory()
+    if nbytes > limit:
+        raise ShapeError(f"{flag}: input '{name}' {format_shape(shape)} needs "
+                         f"{nbytes / 2**30:.3g} GiB at {itemsize} bytes per element, more than "
+                         f"this machine's {limit / 2**30:.3g} GiB of memory; use a smaller "
+                         "batch or image size")
+
+
 def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
     """Parse trtexec's ``name:1x3x224x224,name2:4x10`` into ``{name: shape}``."""
     shapes: dict[str, Shape] = {}
@@ -40,8 +62,11 @@ def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
         except ValueError:
             raise ShapeError(f"{flag}: '{dims}' for input '{name}' is not like "
                              "1x3x224x224") from None
-        if any(d < 0 for d in shape):
-            raise ShapeError(f"{flag}: negative dimension in '{item}'; dimensions are >= 0")
+        if any(d < 1 for d in shape):
+            kind = "a negative" if min(shape) < 0 else "a zero"
+            raise ShapeError(f"{flag}: {kind} dimension in '{item}'; every dimension must be "
+                             f">= 1, e.g. {flag}={name}:1x3x224x224")
+        check_shape_memory(name, shape, flag)
         if name in shapes:
             raise ShapeError(f"{flag}: input '{name}' is given twice; give each input once")
         shapes[name] = shape

@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 ENQUEUE_BOUND_RATIO = 0.8
 UNSTABLE_COV_PERCENT = 2.5
+# What the summary advises for unstable timings. It names only flags that trtqat-exec
+# accepts (tests/faults checks every flag named in this module against its parser);
+# trtexec's own text also suggests its spin-wait flag: name it here once trtqat-exec has it.
+# What the summary advises when compute time is unstable; every flag named here is one
+# trtqat-exec accepts (a test checks).
+UNSTABLE_ADVICE = "  If not already in use, {hint} may improve the stability."
+UNSTABLE_HINTS = {"GPU": "locking GPU clock frequency or adding --useSpinWait",
+                  "other": "fixing --threads or running on an otherwise idle machine"}
 
 
 @dataclass(frozen=True)
@@ -262,10 +270,9 @@ class BenchmarkResult:
                     f"than {dev} Compute and the {dev} may be under-utilized.",
                     "  Add --noDataTransfers flag to disable data transfers."]
         if gpu.cov > UNSTABLE_COV_PERCENT:
-            hint = ("locking GPU clock frequency or adding --useSpinWait" if dev == "GPU"
-                    else "fixing --threads or running on an otherwise idle machine")
+            hint = UNSTABLE_HINTS["GPU" if dev == "GPU" else "other"]
             out += [f"* {dev} compute time is unstable, with coefficient of variance = "
-                    f"{gpu.cov:g}%.", f"  If not already in use, {hint} may improve the stability."]
+                    f"{gpu.cov:g}%.", UNSTABLE_ADVICE.format(hint=hint)]
         return out
 
     def summary_lines(self) -> list[str]:

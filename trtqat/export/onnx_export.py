@@ -22,6 +22,7 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from trtqat.atomic import publish, temp_path
 from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
 from trtqat.export._torch_export import (
@@ -36,6 +37,7 @@ from trtqat.export.fp16 import convert_to_fp16
 from trtqat.export.lint import LintReport, lint_model
 from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS, VARIANTS
 from trtqat.export.opset import convert_opset
+from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -59,7 +61,7 @@ class ExportResult:
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks) and (self.lint is None or self.lint.ok)
+        return bool(all(c.passed for c in self.checks) and (self.lint is None or self.lint.ok))
 
     def lines(self) -> list[str]:
         """Per-check lines, as ``trtqat export`` prints them."""
@@ -74,7 +76,7 @@ class ExportResult:
         return {"path": str(self.path), "variant": self.variant, "opset": self.opset,
                 "dynamic_batch": self.dynamic_batch,
                 "dynamic_axes": list(self.dynamic_axes), "passed": self.passed,
-                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                "checks": [{"name": c.name, "passed": bool(c.passed), "detail": c.detail}
                            for c in self.checks],
                 "lint": None if self.lint is None else self.lint.lines()}
 
@@ -215,8 +217,7 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
     lint to ``result``. Any failed check raises :class:`ValidationError` and keeps no file.
     """
     path = result.path
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = str(temp_path(path))
     try:
         onnx.save(model, tmp)
         onnx.checker.check_model(tmp, full_check=True)
@@ -232,7 +233,7 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
                 failed.append(f"lint ({result.lint.errors[0].line()})")
             raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
                                   result)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"{path.name} is not valid ONNX: "
                           f"{str(exc).splitlines()[0][:300]}") from None
@@ -280,6 +281,10 @@ class Exporter:
     def __init__(self, model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
                  fold_bn: bool = True, validation_data: Iterable | None = None,
                  dynamic_axes: Iterable[str] | None = None) -> None:
+        # quantizer ranges are checked per INT8 variant (check_quantizers, with a fix)
+        check_finite_arrays(((n, t) for n, t in model_tensors(model) if "_quantizer" not in n),
+                            "the model to export", "no file written; export a checkpoint "
+                            "trained with a lower --lr")
         self.model = model
         self.inputs = _as_inputs(example_inputs)
         # dynamic_axes (batch, height, width of image inputs) overrides dynamic_batch
@@ -358,7 +363,7 @@ class Exporter:
             got = val.run_ort(session, batch)
             pairs.append(([g[:n] for g in got], [r[:n] for r in ref], is_data))
         names = [o.name for o in session.get_outputs()]
-        result.checks += val.compare(variant, pairs, names)
+        result.checks += val.finite_checks(pairs, names) + val.compare(variant, pairs, names)
         if variant in INT8_VARIANTS:
             result.lint = lint_model(tmp)
 

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from trtqat.finite import describe, first_non_finite
+
 log = logging.getLogger(__name__)
 
 REL_TOL = {"fp32": 1e-4, "fp16": 1e-2}
@@ -162,3 +164,21 @@ def _output_check(variant: str, name: str, s: _Stats) -> Check:
                  f"mean diff {mean_steps:.3f} step (<= {mean_tol}), "
                  f"{within:.2%} within 1 step (>= {within_tol:.0%}), "
                  f"max {s.max_diff / step:.2f} step; step = {step:.3g}")
+
+
+def finite_checks(pairs: Iterable[tuple[list[np.ndarray], list[np.ndarray], bool]],
+                  names: Sequence[str]) -> list[Check]:
+    """One hard check per side: every output of ONNX Runtime and of PyTorch is finite.
+
+    NaN drops out of a max difference and argmax agrees on NaN, so the difference checks
+    alone would pass a NaN model.
+    """
+    pairs = list(pairs)
+    checks = []
+    for side, index in (("ONNX Runtime", 0), ("PyTorch", 1)):
+        found = first_non_finite((f"{names[i] if i < len(names) else i}", out)
+                                 for pair in pairs for i, out in enumerate(pair[index]))
+        checks.append(Check(f"finite outputs ({side})", found is None,
+                            "every output value is finite" if found is None
+                            else describe(found)))
+    return checks

@@ -212,6 +212,9 @@ def _image_folder(root: Path, prep: Preprocess, strict: bool, augment: bool
     if tr_classes != va_classes:
         raise DataError(f"{root}/train and {root}/val have different class folders "
                         f"({len(tr_classes)} vs {len(va_classes)}): they must match")
+    if len(tr_classes) < 2:
+        raise DataError(f"{root}/train has {len(tr_classes)} class folder ({tr_classes[0]}): a "
+                        "classifier needs at least 2, one sub-folder per class")
     eval_tf = prep.eval_transform()
     train_tf = prep.train_transform() if augment else eval_tf
     out = []

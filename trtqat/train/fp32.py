@@ -13,10 +13,12 @@ from trtqat.train import recipes as R
 from trtqat.train.accel import Accel, AccelOptions
 from trtqat.train.data import make_loaders
 from trtqat.train.data_sources import preprocess_of
+from trtqat.train.health import kept_message
 from trtqat.train.loop import NonFiniteLossError, fit
 from trtqat.train.model_source import arch_name, describe, load_weights
 from trtqat.train.model_source import build as build_model
-from trtqat.train.run_dir import RunDir, check_out_dir
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,11 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
     Returns ``{"last": metrics of the last epoch, "best_top1": ..., "out": run folder}``.
     """
     ctx = D.setup(cfg.device)
-    run = None
+    run = guard = None
     try:
-        out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
-        acc = Accel.setup(cfg, ctx.device)
+        acc = Accel.setup(cfg, ctx.device)  # bad options refused before the folder is touched
+        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main)
+        out = guard.path
         D.seed_everything(cfg.seed, ctx.rank)
         prep = preprocess_of(cfg)
         train_loader, val_loader, data_classes = make_loaders(
@@ -124,12 +127,15 @@ def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
                          wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
                          stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr or lengthen "
-                                     "--warmup-epochs and start again (--overwrite)") from None
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr or "
+                                     "lengthen --warmup-epochs and start again (--overwrite)"
+                                     ) from None
         return {**result, "out": str(out)}
     finally:
         if run is not None:
             run.close()
+        if guard is not None:
+            guard.close()
         D.cleanup(ctx)
 
 
@@ -142,9 +148,3 @@ def build_float_model(source: str, num_classes: int, weights: str | None = None
         info.update(load_weights(model, source, weights, new_head=True))
     return model, info
 
-
-def _kept(out) -> str:
-    last = out / "last.pt"
-    if last.is_file():
-        return f"The last good checkpoint is kept: {last}."
-    return "No epoch finished, so no checkpoint was written."

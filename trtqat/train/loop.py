@@ -151,6 +151,8 @@ def fit(*, stage: str, model: nn.Module, train_loader: Iterable, val_loader: Ite
     appended before the checkpoint is replaced, so a resume can drop lines it has no
     checkpoint for. Returns the last record and the best top-1.
     """
+    from trtqat.train.health import check_epoch
+
     t0 = time.perf_counter()
     record: dict[str, Any] = {}
     for epoch in range(start_epoch + 1, epochs + 1):
@@ -161,6 +163,7 @@ def fit(*, stage: str, model: nn.Module, train_loader: Iterable, val_loader: Ite
         D.broadcast_buffers(ctx, D.unwrap(model))
         va = evaluate(model, val_loader, ctx, criterion=criterion, limit=limit,
                       progress=progress, desc=f"val {epoch}/{epochs}", accel=accel)
+        check_epoch(model, va["loss"], epoch, ctx)  # a poisoned epoch writes no checkpoint
         wall = wall_offset + time.perf_counter() - t0
         record = {"stage": stage, "epoch": epoch, "epochs": epochs,
                   "train_loss": tr["loss"], "train_top1": tr["top1"], "train_top5": tr["top5"],

@@ -36,7 +36,8 @@ from trtqat.train.checkpoint import (
 from trtqat.train.data import make_loader
 from trtqat.train.data_sources import calibration_datasets, preprocess_of
 from trtqat.train.loop import evaluate
-from trtqat.train.run_dir import RunDir, check_out_dir
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,12 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     Returns ``{"last": the metrics record, "best_top1": val top-1, "out": run folder}``.
     """
     ctx = D.setup(cfg.device)
-    run = None
+    run = guard = None
     try:
-        out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
-        acc = Accel.setup(cfg, ctx.device)
+        acc = Accel.setup(cfg, ctx.device)  # bad options refused before the folder is touched
+        guard = RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite, enabled=ctx.is_main,
+                         inputs=[("--checkpoint", cfg.checkpoint)])
+        out = guard.path
         src, spec, train_args = {}, {}, {}
         if cfg.checkpoint:
             src = R.load_source(cfg.checkpoint, ("fp32",), cfg.model, "calibrate")
@@ -186,4 +189,6 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
     finally:
         if run is not None:
             run.close()
+        if guard is not None:
+            guard.close()
         D.cleanup(ctx)

@@ -24,9 +24,11 @@ from trtqat.train.accel import Accel, AccelOptions
 from trtqat.train.checkpoint import CheckpointError, build_from_checkpoint
 from trtqat.train.data import make_loaders
 from trtqat.train.data_sources import preprocess_of
-from trtqat.train.fp32 import TrainConfig, _kept
+from trtqat.train.fp32 import TrainConfig
+from trtqat.train.health import kept_message
 from trtqat.train.loop import NonFiniteLossError, evaluate, fit
-from trtqat.train.run_dir import RunDir, check_out_dir
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +116,12 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
     "out": run folder}``.
     """
     ctx = D.setup(cfg.device)
-    run = None
+    run = guard = None
     try:
-        out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
-        acc = Accel.setup(cfg, ctx.device)
+        acc = Accel.setup(cfg, ctx.device)  # bad options refused before the folder is touched
+        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main,
+                         inputs=[("--checkpoint", cfg.checkpoint)])
+        out = guard.path
         src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat")
         spec = dict(src["model"])
         train_args = dict(src.get("train_args") or {})
@@ -195,10 +199,12 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
                          payload=make_payload, limit=cfg.limit_batches,
                          stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return {**result, "start_top1": start_top1, "out": str(out)}
     finally:
         if run is not None:
             run.close()
+        if guard is not None:
+            guard.close()
         D.cleanup(ctx)

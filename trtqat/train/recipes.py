@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
+from trtqat.finite import check_finite_arrays
 from trtqat.train import accel
 from trtqat.train import distributed as D
 from trtqat.train.checkpoint import CheckpointError, load_checkpoint
@@ -39,9 +41,10 @@ def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool =
         value = getattr(cfg, name, None)
         if value is None and allow_none:
             continue
-        if value is None or (value < 0 if zero else value <= 0):
+        if value is None or not math.isfinite(value) or (value < 0 if zero else value <= 0):
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} must be {'>= 0' if zero else '> 0'}, got {value}")
+            raise ConfigError(f"{flag} must be a finite number {'>= 0' if zero else '> 0'}, "
+                              f"got {value}")
 
 
 def check_common(cfg: Any) -> None:
@@ -104,6 +107,8 @@ def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, ve
         raise CheckpointError(f"{path} is a sentence-encoder checkpoint: run `trtqat {verb}` "
                               "on it (the command routes encoders), or use "
                               "trtqat.transformers.runs from Python")
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {path}",
+                        "train it again with a lower --lr")
     stage = ckpt.get("stage")
     if stage not in stages:
         hint = {"fp32": "calibrate it first: trtqat calibrate --checkpoint " + str(path)}.get(

@@ -33,6 +33,7 @@ from trtqat.train import recipes as R
 from trtqat.train.accel import Accel, AccelOptions, check_options
 from trtqat.train.checkpoint import CheckpointError, copy_checkpoint, load_checkpoint
 from trtqat.train.run_dir import RunDir, RunDirError, check_out_dir
+from trtqat.train.run_lock import RunGuard
 from trtqat.transformers.checkpoint import (
     build_encoder_from_checkpoint,
     encoder_spec,
@@ -191,8 +192,13 @@ def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
 
     Returns ``{"last": metrics record, "fidelity": held-out fidelity, "out", "fp32"}``.
     """
-    out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
-    acc = _accel(cfg)
+    acc = _accel(cfg)  # bad options refused before the folder is touched
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
+                  inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
+        return _calibrate_encoder_run(cfg, guard.path, acc)
+
+
+def _calibrate_encoder_run(cfg: EncoderCalibrateConfig, out: Path, acc: Accel) -> dict[str, Any]:
     data = _check_data(cfg.data)
     fp32, tok, arch, source = _source(cfg)
     fp32.to(acc.device)
@@ -292,8 +298,13 @@ def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
 
     Returns ``{"last", "start" (fidelity before), "fidelity" (after), "out"}``.
     """
-    out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
-    acc = _accel(cfg)
+    acc = _accel(cfg)  # bad options refused before the folder is touched
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
+                  inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
+        return _qat_encoder_run(cfg, guard.path, acc)
+
+
+def _qat_encoder_run(cfg: EncoderQATRunConfig, out: Path, acc: Accel) -> dict[str, Any]:
     src = load_checkpoint(cfg.checkpoint)
     if not is_encoder_checkpoint(src):
         raise CheckpointError(f"{cfg.checkpoint} is not an encoder checkpoint")
