@@ -28,7 +28,12 @@ from numbers import Real
 
 import torch
 
-from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.errors import (
+    CalibrationError,
+    CalibrationMethodError,
+    CalibrationValueError,
+    QuantConfigError,
+)
 from trtqat.quant.calib.base import Calibrator, reduce_dims
 
 __all__ = ["HistogramCalibrator", "amax_from_histogram", "rebin_histogram", "METHODS"]
@@ -197,12 +202,12 @@ def amax_from_histogram(hist: torch.Tensor, hist_range: torch.Tensor, method: st
 def _check_method_args(method, num_bins, num_bits, unsigned, stride, start_bin,
                        percentile) -> None:
     if method not in METHODS:
-        raise CalibrationError(
+        raise CalibrationMethodError(
             f"unknown calibration method {method!r}: use one of {', '.join(METHODS)}")
     if method == "percentile":
         if (isinstance(percentile, bool) or not isinstance(percentile, Real)
                 or not 0 < percentile <= 100):
-            raise CalibrationError(
+            raise CalibrationValueError(
                 f"percentile={percentile!r} is outside (0, 100]: use e.g. percentile=99.99")
     if method in ("mse", "entropy"):
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
