@@ -25,6 +25,7 @@ from torch import nn
 from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
 from trtqat.export._torch_export import EXPORT_OPSET, name_nodes, torch_to_onnx
+from trtqat.export.calibrated import refuse_uncalibrated
 from trtqat.export.errors import ExportError, ValidationError
 from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import convert_to_fp16
@@ -78,6 +79,7 @@ def check_quantizers(model: nn.Module) -> int:
 
     Returns the number of active quantizers.
     """
+    refuse_uncalibrated(model)
     active = [(n, q) for n, q in quantizers(model) if not q.disabled and q._if_quant]
     if not active:
         raise ExportError("the model has no active quantizer, so there is nothing to export "

@@ -12,7 +12,11 @@ WEIGHT_METHODS = ("max", "percentile", "mse")
 
 
 def _weight_axis(module: nn.Module, perchannel: bool) -> int | None:
-    from trtqat.quant.modules import QuantConvTranspose1d, QuantConvTranspose2d, QuantConvTranspose3d
+    from trtqat.quant.modules import (
+        QuantConvTranspose1d,
+        QuantConvTranspose2d,
+        QuantConvTranspose3d,
+    )
 
     if not perchannel:
         return None
