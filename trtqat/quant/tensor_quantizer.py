@@ -22,7 +22,8 @@ def _make_calibrator(desc: QuantDescriptor):
     from trtqat.quant.calib import HistogramCalibrator, MaxCalibrator
 
     cls = HistogramCalibrator if desc.calib_method == "histogram" else MaxCalibrator
-    return cls(desc.num_bits, desc.axis, desc.unsigned)
+    bits = desc.num_bits if isinstance(desc.num_bits, int) else 8  # E4M3: ranges as for int8
+    return cls(bits, desc.axis, desc.unsigned)
 
 
 def _reduce_dims(x: torch.Tensor, axis: tuple[int, ...] | None) -> list[int]:
@@ -135,8 +136,8 @@ class TensorQuantizer(nn.Module):
 
     @property
     def amax(self) -> torch.Tensor | None:
-        """The stored range (None: each input's own range is used)."""
-        return self._amax
+        """The stored range (None: each input's own range is used); detached when learned."""
+        return self._amax.detach() if isinstance(self._amax, nn.Parameter) else self._amax
 
     @amax.setter
     def amax(self, value) -> None:
