@@ -125,3 +125,10 @@ def test_calibrator_shape_change_is_a_runtime_error():
     q(torch.ones(2, 3))
     with pytest.raises(RuntimeError, match="shape"):
         q(torch.ones(4, 3))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="pytorch-quantization runs this through its CUDA extension; needs a GPU")
+def test_cuda_tensors_match_cpu():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(axis=0, amax=[[2.0], [1.0]])).cuda()
+    torch.testing.assert_close(q(X.cuda()).cpu(), q.cpu()(X))

@@ -79,7 +79,7 @@ class TensorQuantizer(nn.Module):
         self.register_buffer("_amax", amax)
         self.register_buffer("_pre_quant_scale", None)
         if self._learn_amax:
-            init = 1.0 if quant_desc.amax is None else float(quant_desc.amax)
+            init = 1.0 if quant_desc.amax is None else quant_desc.amax
             self.clip = Clip(-init, init, learn_min=True, learn_max=True)
             self.enable_clip()
         if if_clip:
