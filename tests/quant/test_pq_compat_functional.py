@@ -96,3 +96,31 @@ def test_reduce_amax():
     assert reduce_amax(x, axis=(0, 1)).dim() == 0
     with pytest.raises(ValueError):
         reduce_amax(x, axis=(0, 1, 2))
+
+
+# pytorch-quantization's documented E4M3 values: -2.0 .. 1.8 in steps of 0.2, unscaled and
+# scaled so that amax = 2 maps to 448
+E4M3_X = torch.arange(-2.0, 1.9, 0.2).reshape(4, 5)
+E4M3_UNSCALED = [[-2.0, -1.75, -1.625, -1.375, -1.25], [-1.0, -0.8125, -0.625, -0.4062, -0.2031],
+                 [0.0, 0.2031, 0.4062, 0.625, 0.8125], [1.0, 1.25, 1.375, 1.625, 1.75]]
+E4M3_SCALED = [[-2.0, -1.8571, -1.5714, -1.4286, -1.1429], [-1.0, -0.7857, -0.5714, -0.3929, -0.1964],
+               [0.0, 0.1964, 0.3929, 0.5714, 0.7857], [1.0, 1.1429, 1.4286, 1.5714, 1.8571]]
+
+
+def test_scaled_e4m3_documented_results():
+    torch.testing.assert_close(scaled_e4m3(E4M3_X, None), torch.tensor(E4M3_UNSCALED), atol=1e-4, rtol=1e-4)
+    amax = reduce_amax(E4M3_X, axis=None)
+    torch.testing.assert_close(scaled_e4m3(E4M3_X, amax), torch.tensor(E4M3_SCALED), atol=1e-4, rtol=1e-4)
+    x = E4M3_X.clone().requires_grad_(True)
+    scaled_e4m3(x, None).sum().backward()
+    assert bool((x.grad == 1).all())  # straight through inside +-448
+
+
+def test_fake_affine_full_int8_range_is_exact():
+    x = torch.tensor([-1.0, -13.0, -101.0, -128.0, 0.0, 2.0, 5.0, 13.0, 93.0, 111.0, 127.0])
+    torch.testing.assert_close(fake_affine_tensor_quant(x, x.min(), x.max()), x)
+
+
+def test_tensor_quant_fp16_scale_overflow():
+    with pytest.raises(ValueError, match="scale is too large for FP16"):
+        tensor_quant(torch.randn(16).half(), torch.tensor(1e-4).half(), 8, False)

@@ -1,6 +1,7 @@
 """TensorQuantizer behaviours of pytorch-quantization: dynamic amax, scale_amax, clip,
 pre_quant_scale, E4M3, setters, stored forms and state loading."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -132,3 +133,44 @@ def test_calibrator_shape_change_is_a_runtime_error():
 def test_cuda_tensors_match_cpu():
     q = quant_nn.TensorQuantizer(QuantDescriptor(axis=0, amax=[[2.0], [1.0]])).cuda()
     torch.testing.assert_close(q(X.cuda()).cpu(), q.cpu()(X))
+
+
+def test_documented_pre_quant_scale_results():
+    desc = QuantDescriptor(axis=1, num_bits=8, amax=127.0)  # scale 1: outputs are the codes
+    inputs = torch.tensor([[0, 0.4, 1.1, 2.0]])
+    q, q2 = quant_nn.TensorQuantizer(desc), quant_nn.TensorQuantizer(desc)
+    assert q(inputs).tolist() == [[0, 0, 1, 2]]
+    q.pre_quant_scale = 2.0
+    assert q(inputs).tolist() == [[0, 1, 2, 4]]
+    q2.pre_quant_scale = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    assert q2(inputs).tolist() == [[0, 1, 3, 8]]
+
+
+def test_clip_stage_only():
+    x = torch.rand(64)
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=0.5, learn_amax=True), if_quant=False, if_clip=True)
+    assert torch.equal(q(x), x.clamp(-0.5, 0.5))
+
+
+def test_properties_and_dynamic_per_channel_scale_amax():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=3.14))
+    q.amax = 0.577
+    assert q.amax.item() == pytest.approx(0.577) and q.step_size.item() == pytest.approx(0.577 / 127)
+    q2 = quant_nn.TensorQuantizer()
+    q2.amax = np.array([3.142, 2.718], dtype=np.float32)
+    assert q2.amax.tolist() == pytest.approx([3.142, 2.718])
+    x = torch.rand(4, 3, 2, 2)
+    real = quant_nn.TensorQuantizer(QuantDescriptor(axis=(0), fake_quant=False, scale_amax=0.7))
+    amax = 0.7 * x.amax(dim=(1, 2, 3), keepdim=True)
+    assert torch.equal(real(x), torch.clamp(torch.round(x * 127 / amax), -128, 127))
+
+
+def test_e4m3_per_channel_uses_the_channel_ranges():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(num_bits=(4, 3), axis=1))
+    x = torch.rand(3, 5, 2, 2)
+    torch.testing.assert_close(q(x), scaled_e4m3(x, q._get_amax(x)), atol=0, rtol=0)
+    assert q._get_amax(x).shape == (1, 5, 1, 1)
+
+
+def test_zero_bits_quantize_to_zeros():
+    assert quant_nn.TensorQuantizer(QuantDescriptor(num_bits=0))(X).abs().sum() == 0

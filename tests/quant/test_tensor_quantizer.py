@@ -69,7 +69,7 @@ def test_calibrating_with_no_data():
         q.load_calib_amax()
 
 
-@pytest.mark.parametrize("bits,error", [(0, ValueError), (-1, ValueError), (8.0, TypeError),
+@pytest.mark.parametrize("bits,error", [(-1, ValueError), (8.0, TypeError), (True, TypeError),
                                         ((5, 2), TypeError)])
 def test_bad_num_bits(bits, error):
     with pytest.raises(error, match="num_bits"):

@@ -7,6 +7,7 @@ stays ``0``, ``(0,)`` stays a tuple) and ``amax`` as a float32 numpy array.
 
 from __future__ import annotations
 
+import logging
 import numbers
 from typing import Any
 
@@ -15,6 +16,8 @@ import torch
 import yaml
 
 from trtqat.errors import QuantConfigError, QuantTypeError
+
+log = logging.getLogger(__name__)
 
 CALIB_METHODS = ("max", "histogram")
 E4M3 = (4, 3)
@@ -42,8 +45,10 @@ def axis_tuple(axis: Any) -> tuple[int, ...] | None:
 
 def _check_num_bits(num_bits: Any) -> None:
     if isinstance(num_bits, int) and not isinstance(num_bits, bool):
-        if num_bits < 1:
-            raise QuantConfigError(f"num_bits must be > 0, got {num_bits}: use 8 for TensorRT INT8")
+        if num_bits < 0:
+            raise QuantConfigError(f"num_bits must be >= 0, got {num_bits}: use 8 for TensorRT INT8")
+        if num_bits == 0:
+            log.warning("num_bits=0 quantizes every tensor to zeros; use it only to debug")
         return
     if isinstance(num_bits, tuple) and num_bits == E4M3:
         return
@@ -60,7 +65,7 @@ def _amax_array(amax: Any) -> np.ndarray | None:
     ok = isinstance(amax, (list, tuple, np.ndarray)) or (
         isinstance(amax, numbers.Real) and not isinstance(amax, bool))
     if not ok:
-        raise QuantTypeError(f"amax must be a float, a list or an ndarray, got {type(amax).__name__}")
+        raise QuantTypeError(f"amax must be float, list or ndarray, got {type(amax).__name__}")
     try:
         return np.array(amax, dtype=np.float32)
     except (TypeError, ValueError) as err:
@@ -71,7 +76,8 @@ class QuantDescriptor:
     """Describes how a tensor is quantized (pytorch-quantization's API and defaults).
 
     Args:
-        num_bits: integer bits (8 for TensorRT INT8), or ``(4, 3)`` for FP8 E4M3 (per tensor).
+        num_bits: integer bits (8 for TensorRT INT8; 0 quantizes to zeros, for debugging), or
+            ``(4, 3)`` for FP8 E4M3.
         name: optional name, for reprs only.
 
     Keyword Args:
@@ -113,7 +119,8 @@ class QuantDescriptor:
         axis_tuple(self._axis)  # validate only: the stored form is the given one
         self._learn_amax = bool(opts["learn_amax"])
         if self._learn_amax and self._axis is not None:
-            raise QuantTypeError(f"axis must be None when learn_amax is True, got {self._axis!r}")
+            raise QuantTypeError("axis is ignored and must be None when learn_amax is True, got "
+                                 f"{self._axis!r}: the learned range is per tensor")
         self._amax = _amax_array(opts["amax"])
         self._scale_amax = opts["scale_amax"]
         if self._scale_amax is not None and not self._scale_amax > 0:
@@ -125,8 +132,6 @@ class QuantDescriptor:
                 "(percentile, mse and entropy are computed from a histogram)")
         self._unsigned = bool(opts["unsigned"])
         self._narrow_range = bool(opts["narrow_range"])
-        if num_bits == E4M3 and self._axis is not None:
-            raise QuantConfigError("num_bits=(4, 3) (E4M3) is per tensor only: use axis=None")
 
     # read-only properties, as in pytorch-quantization
     num_bits = property(lambda self: self._num_bits, doc="Integer bits, or (4, 3) for E4M3.")

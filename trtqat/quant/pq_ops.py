@@ -62,6 +62,9 @@ class TensorQuantFunction(torch.autograd.Function):
         _check(inputs, amax, unsigned)
         ctx.save_for_backward(inputs, amax)
         codes, scale = _quant(inputs, amax, num_bits, unsigned, narrow_range)
+        if inputs.dtype == torch.half and bool(scale.max() > torch.finfo(torch.half).max):
+            raise QuantConfigError(f"scale is too large for FP16 with amax={amax.min().item():g}: "
+                                   "quantize in float32 or use a larger amax")
         return codes.to(inputs.dtype), scale.to(inputs.dtype)
 
     @staticmethod
@@ -114,27 +117,27 @@ def e4m3(x: torch.Tensor) -> torch.Tensor:
 
 
 class ScaledE4M3Function(torch.autograd.Function):
-    """FP8 E4M3 fake quantization; ``amax`` (a scalar) maps to 448."""
+    """FP8 E4M3 fake quantization; ``amax`` (scalar or broadcastable) maps to 448."""
 
     @staticmethod
     def forward(ctx, inputs, amax=None, E=4, M=3):  # type: ignore[override]
         if (E, M) != (4, 3):
             raise NotImplementedError("only E=4, M=3 (E4M3) is supported")
-        ctx.save_for_backward(inputs)
-        ctx.amax = None if amax is None else float(amax)
+        bound = (torch.tensor(E4M3_MAX, device=inputs.device) if amax is None
+                 else _amax_tensor(amax, inputs))
+        ctx.save_for_backward(inputs, bound)
         tiny = inputs.abs() < _ZERO_AMAX
         if amax is None:
             out = e4m3(inputs)
-        else:
-            scale = E4M3_MAX / _amax_tensor(amax, inputs).reshape(())
-            out = (e4m3(inputs * scale) / scale).to(inputs.dtype)
+        else:  # per tensor or any amax that broadcasts (per channel)
+            scale = E4M3_MAX / torch.where(bound > 0, bound, 1.0)
+            out = (e4m3(inputs.float() * scale) / scale).to(inputs.dtype)
         return out.masked_fill(tiny, 0.0)
 
     @staticmethod
     def backward(ctx, grad_outputs):  # type: ignore[override]
-        (inputs,) = ctx.saved_tensors
-        bound = E4M3_MAX if ctx.amax is None else ctx.amax
-        return _ste(grad_outputs, inputs, torch.tensor(bound, device=inputs.device)), None, None, None
+        inputs, bound = ctx.saved_tensors
+        return _ste(grad_outputs, inputs, bound), None, None, None
 
 
 def tensor_quant(inputs: torch.Tensor, amax: torch.Tensor | float, num_bits: int = 8,

@@ -226,8 +226,8 @@ class TensorQuantizer(nn.Module):
         amax = self._calibrator.compute_amax(*args, **kwargs)
         if amax is None:
             raise CalibrationError(
-                f"{self._label()}: calibrator collected no data; run batches through the "
-                "model with calibration enabled (collect_stats) before computing amax")
+                f"{self._label()}: Calibrator returned None: it collected no data; run batches "
+                "through the model with calibration enabled (collect_stats) before computing amax")
         amax = amax.detach().float()
         if not strict and bool((amax == 0).all()):
             amax = torch.ones_like(amax)
@@ -279,12 +279,14 @@ class TensorQuantizer(nn.Module):
             if exporting:
                 raise QuantizerStateError(f"{self._label()}: FP8 E4M3 cannot be exported as "
                                           "int8 Q/DQ; export with num_bits=8")
-            return pq_ops.scaled_e4m3(inputs, amax.reshape(()))
+            return pq_ops.scaled_e4m3(inputs, amax)
         if not self._fake_quant:
             outputs, self._scale = pq_ops.tensor_quant(inputs, amax, self._num_bits,
                                                        self._unsigned, self._narrow_range)
             return outputs
         qmin, qmax = self._bounds()
+        if qmax < 1:  # num_bits 0 (or 1 signed): nothing but zero is representable
+            return inputs * 0
         if exporting:
             if self._amax is None and not hasattr(self, "clip"):
                 raise QuantizerStateError(
