@@ -100,3 +100,30 @@ def test_replacement_helper_swaps_and_restores():
     finally:
         h.restore_float_modules()
     assert nn.Linear is original
+
+
+def test_documented_calibrator_results_and_errors():
+    from trtqat.calib import HistogramCalibrator, MaxCalibrator
+
+    c = HistogramCalibrator(8, None, False, skip_zeros=True, grow_method="append")  # ignored
+    c.collect(torch.tensor([0, 0, 0, 0, 0, 1, 2, 3, 4, 5]))
+    c.collect(torch.tensor([0, 0, 0, 0, 0, 6, 7, 8, 9, 10]))
+    assert abs(c.compute_amax("percentile", percentile=50).item() - 5.0) < 10 / 2048
+    p = HistogramCalibrator(8, None, False)
+    p.collect(torch.arange(100))
+    assert abs(p.compute_amax("percentile", percentile=90).item() - 89.0) < 100 / 1024
+    for bad in (-10, 200):
+        with pytest.raises(ValueError, match="range"):
+            p.compute_amax("percentile", percentile=bad)
+    with pytest.raises(TypeError):
+        p.compute_amax("magic")
+    m = HistogramCalibrator(8, None, False)
+    x = torch.ones(11, 7, 3, 3) * 255.0
+    x[1, 1, 1, 1] = 256.0
+    m.collect(x)
+    amax = m.compute_amax("mse")
+    assert (amax - 255.0).abs() < (amax - 256.0).abs()
+    mc = MaxCalibrator(8, 0, False)
+    mc.collect(torch.rand(32, 3))
+    with pytest.raises(RuntimeError, match="shape changed"):
+        mc.collect(torch.rand(33, 3))

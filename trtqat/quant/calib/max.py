@@ -39,8 +39,8 @@ class MaxCalibrator(Calibrator):
             self._calib_amax = amax
         elif self._calib_amax.shape != amax.shape:
             raise CalibrationError(
-                f"MaxCalibrator got a batch whose per-channel shape {tuple(amax.shape)} differs "
-                f"from earlier batches {tuple(self._calib_amax.shape)}: keep the quantization "
+                f"amax shape changed: MaxCalibrator got a batch whose per-channel shape "
+                f"{tuple(amax.shape)} differs from earlier batches {tuple(self._calib_amax.shape)}: keep the quantization "
                 "axis sizes fixed, or reset()"
             )
         else:
