@@ -66,3 +66,15 @@ def test_uncalibrated_activation_quantizers_are_refused_in_one_line():
     refuse_uncalibrated(model)  # only activations here; check_quantizers covers weights
     model[0].input_quantizer.disable()
     refuse_uncalibrated(_model(calibrated=True))
+
+
+def test_enable_onnx_export_context_writes_qdq(tmp_path):
+    import trtqat
+
+    model, x = _model(), torch.randn(1, 3, 8, 8)
+    path = tmp_path / "ctx.onnx"
+    with trtqat.enable_onnx_export(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("QuantizeLinear") == 2
