@@ -124,3 +124,18 @@ def test_fake_affine_full_int8_range_is_exact():
 def test_tensor_quant_fp16_scale_overflow():
     with pytest.raises(ValueError, match="scale is too large for FP16"):
         tensor_quant(torch.randn(16).half(), torch.tensor(1e-4).half(), 8, False)
+
+
+def test_clip_module_as_documented():
+    from trtqat.nn.modules import clip
+
+    x = torch.rand(64)
+    assert torch.equal(clip.Clip(torch.tensor(0.3), torch.tensor(0.7))(x), x.clamp(0.3, 0.7))
+    with pytest.raises(ValueError, match="must be scalar"):
+        clip.Clip(torch.tensor(0.3), torch.tensor(0.7), learn_min=True)
+    op = clip.Clip(0.3, 0.7, learn_min=True, learn_max=True)
+    x = torch.randn(3, 7, requires_grad=True)
+    op(x).sum().backward()
+    inside = (x > 0.3) & (x < 0.7)
+    assert bool((x.grad[~inside] == 0).all()) and bool((x.grad[inside] == 1).all())
+    assert op.clip_value_min.grad.item() == float((x <= 0.3).sum())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -46,10 +47,13 @@ def clip(inputs: torch.Tensor, clip_value_min, clip_value_max) -> torch.Tensor:
 
 
 def _learnable(value, which: str) -> nn.Parameter:
-    scalar = isinstance(value, numbers.Real) or (
-        hasattr(value, "size") and (value.size == 1 if isinstance(value.size, int) else value.numel() == 1))
+    # as in pytorch-quantization: a Python number or a one-element ndarray; a torch tensor is
+    # refused (pass float(t))
+    scalar = (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
+        isinstance(value, np.ndarray) and value.size == 1)
     if not scalar:
-        raise QuantConfigError(f"{which} must be a scalar to initialise a learnable range, got {value!r}")
+        raise QuantConfigError(f"{which} must be scalar (a float) to initialise a learnable "
+                               f"range, got {value!r}")
     return nn.Parameter(torch.tensor(float(value)))
 
 
