@@ -73,10 +73,10 @@ def test_optim_helper():
     groups = helper.group_parameters(model, [["^0\\."], ["^1\\."]], lrs=[0.1, 0.01])
     assert [g["lr"] for g in groups] == [0.1, 0.01]
     assert len(list(groups[0]["params"])) == 2
-    with pytest.raises(TypeError):
-        helper.group_parameters(model, ["^0"])
-    with pytest.raises(TypeError):
-        helper.group_parameters(model, [["^0"]], momentums=[0.9, 0.9])
+    with pytest.raises(TypeError, match="must be list of list of patterns"):
+        helper.group_parameters(None, [["^0"], "^1"])
+    with pytest.raises(TypeError, match="must match"):
+        helper.group_parameters(None, [["^0"], ["^1"]], momentums=[0.9])
     helper.freeze_parameters(model, ["^1\\."])
     assert [p.requires_grad for p in model.parameters()] == [True, True, False, False]
 

@@ -41,7 +41,7 @@ def group_parameters(model: nn.Module, patterns_list: Sequence[list[str]],
     groups = []
     for patterns in patterns_list:
         if not isinstance(patterns, list):
-            raise QuantTypeError("patterns_list must be a list of lists of patterns")
+            raise QuantTypeError("patterns_list must be list of list of patterns, e.g. [[\"conv1\"], [\"fc\"]]")
         groups.append({"params": match_parameters(model, patterns)})
     for key, values, what in (("lr", lrs, "lrs"), ("momentum", momentums, "momentums"),
                               ("weight_decay", weight_decays, "weight_decays")):
