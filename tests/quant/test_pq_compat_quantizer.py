@@ -174,3 +174,8 @@ def test_e4m3_per_channel_uses_the_channel_ranges():
 
 def test_zero_bits_quantize_to_zeros():
     assert quant_nn.TensorQuantizer(QuantDescriptor(num_bits=0))(X).abs().sum() == 0
+
+
+def test_dynamic_amax_with_every_axis_kept_is_elementwise():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(axis=(0, 1)))
+    assert q._get_amax(X).tolist() == X.abs().tolist()

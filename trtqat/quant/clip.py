@@ -75,4 +75,5 @@ class Clip(nn.Module):
         self.clip_value_max = _learnable(clip_value_max, "clip_value_max") if learn_max else clip_value_max
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``inputs`` clipped to the bounds."""
         return clip(inputs, self.clip_value_min, self.clip_value_max)

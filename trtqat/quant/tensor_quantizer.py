@@ -5,14 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trtqat.errors import (
-    AmaxValueError,
-    CalibrationError,
-    QuantConfigError,
-    QuantizerStateError,
-    QuantTypeError,
-)
+from trtqat.errors import CalibrationError, QuantConfigError, QuantizerStateError, QuantTypeError
 from trtqat.quant import export_mode, pq_ops
+from trtqat.quant.amax import broadcasts, checked_amax
+from trtqat.quant.calib.base import reduce_dims
 from trtqat.quant.clip import Clip
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, quant_bounds
@@ -24,18 +20,6 @@ def _make_calibrator(desc: QuantDescriptor):
     cls = HistogramCalibrator if desc.calib_method == "histogram" else MaxCalibrator
     bits = desc.num_bits if isinstance(desc.num_bits, int) else 8  # E4M3: ranges as for int8
     return cls(bits, desc.axis, desc.unsigned)
-
-
-def _reduce_dims(x: torch.Tensor, axis: tuple[int, ...] | None) -> list[int]:
-    kept = {a % x.dim() for a in axis or ()}
-    return [d for d in range(x.dim()) if d not in kept]
-
-
-def _broadcasts(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
-    try:
-        return torch.broadcast_shapes(amax_shape, input_shape) == input_shape
-    except RuntimeError:
-        return False
 
 
 class TensorQuantizer(nn.Module):
@@ -254,6 +238,7 @@ class TensorQuantizer(nn.Module):
 
     # ----------------------------------------------------------------- forward
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Scale by ``pre_quant_scale``, collect statistics, clip, quantize: each if enabled."""
         if self._disabled:
             return inputs
         if self._pre_quant_scale is not None:
@@ -304,14 +289,15 @@ class TensorQuantizer(nn.Module):
         """The stored amax, else the current input's (per the quantizer's axis); times scale_amax."""
         if self._amax is not None:
             amax = self._amax
-            if amax.numel() != 1 and not _broadcasts(amax.shape, inputs.shape):
+            if amax.numel() != 1 and not broadcasts(amax.shape, inputs.shape):
                 raise QuantizerStateError(
                     f"{self._label()}: amax of shape {tuple(amax.shape)} does not fit an input "
                     f"of shape {tuple(inputs.shape)}; load the amax of this layer")
         else:
-            dims = _reduce_dims(inputs, axis_tuple(self._axis))
+            dims = reduce_dims(inputs, axis_tuple(self._axis))
             with torch.no_grad():
-                amax = inputs.detach().abs().float().amax(dim=dims, keepdim=True)
+                amax = inputs.detach().abs().float()
+                amax = amax.amax(dim=dims, keepdim=True) if dims else amax  # dims=() reduces all
             if self._axis is None:
                 amax = amax.reshape(())
         if self._scale_amax is not None:
@@ -340,25 +326,7 @@ class TensorQuantizer(nn.Module):
             self._amax = value.to(self._amax.device)
 
     def _checked_amax(self, value) -> torch.Tensor:
-        try:
-            amax = (value.detach().float().clone() if isinstance(value, torch.Tensor)
-                    else torch.tensor(value, dtype=torch.float32))
-        except (TypeError, ValueError, RuntimeError) as err:
-            raise QuantTypeError(f"{self._label()}: amax must be numeric, got {value!r}") from err
-        if amax.numel() == 0:
-            raise AmaxValueError(f"{self._label()}: amax is empty")
-        if not bool(torch.isfinite(amax).all()):
-            raise AmaxValueError(
-                f"{self._label()}: amax contains NaN or inf; the calibration data or the "
-                "weights hold non-finite values - check the inputs and recalibrate")
-        if bool((amax < 0).any()):
-            raise AmaxValueError(f"{self._label()}: amax is negative ({amax.min().item():g}); "
-                                 "amax is a magnitude and must be > 0")
-        if bool((amax == 0).all()):
-            raise AmaxValueError(
-                f"{self._label()}: amax is 0, so nothing can be represented; calibrate on "
-                "data that reaches this layer, or disable this quantizer")
-        return amax
+        return checked_amax(value, self._label())
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:
