@@ -78,3 +78,19 @@ def test_enable_onnx_export_context_writes_qdq(tmp_path):
         torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
     assert ops.count("QuantizeLinear") == 2
+
+
+def test_folded_int8_weights_keep_minus_128(tmp_path):
+    """A weight range calibrated below max|w| saturates at -128, in PyTorch and in the file."""
+    from trtqat.export import export_onnx
+
+    model = _model()
+    w = model[0].weight
+    with torch.no_grad():
+        w[0, 0, 0, 0] = -2 * w.abs().max()  # beyond the (max over the rest) weight range
+    model[0].weight_quantizer.amax = w.detach().abs().amax(dim=(1, 2, 3), keepdim=True) / 2
+    result = export_onnx(model, torch.randn(2, 3, 8, 8), tmp_path / "w.onnx", "int8", fold_bn=False)
+    assert result.passed
+    graph = onnx.load(str(tmp_path / "w.onnx")).graph
+    codes = [onnx.numpy_helper.to_array(t) for t in graph.initializer if t.name.endswith("_int8")]
+    assert codes and codes[0].min() == -128
