@@ -179,3 +179,10 @@ def test_zero_bits_quantize_to_zeros():
 def test_dynamic_amax_with_every_axis_kept_is_elementwise():
     q = quant_nn.TensorQuantizer(QuantDescriptor(axis=(0, 1)))
     assert q._get_amax(X).tolist() == X.abs().tolist()
+
+
+def test_learned_range_still_used_after_disable_clip():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=0.5, learn_amax=True))
+    q.disable_clip()
+    x = torch.tensor([0.25, 2.0])
+    assert q(x).tolist() == pytest.approx([round(0.25 * 127 / 0.5) * 0.5 / 127, 0.5])
