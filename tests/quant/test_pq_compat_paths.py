@@ -26,6 +26,8 @@ NAMES = {
     "trtqat.nn.functional": ["clip", "ClipFunction"],
     "trtqat.utils": ["reduce_amax"],
     "trtqat.utils.reduce_amax": ["reduce_amax"],
+    "trtqat.utils.quant_logging": ["reset_logger_handler"],
+    "trtqat.utils.amp_wrapper": ["half_function", "float_function", "promote_function"],
     "trtqat.optim.helper": ["match_parameters", "group_parameters", "freeze_parameters",
                             "quant_weight_inplace"],
     "trtqat.quant_modules": ["initialize", "deactivate", "enable_onnx_export",
@@ -64,3 +66,20 @@ def test_cuda_extension_is_not_provided():
     # pytorch_quantization.cuda_ext is its compiled CUDA kernel; trtqat has no such module
     with pytest.raises(ImportError):
         importlib.import_module("trtqat.cuda_ext")
+
+
+def test_utils_helpers():
+    import logging
+
+    from trtqat.utils import amp_wrapper, quant_logging
+
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    root.addHandler(logging.NullHandler())
+    try:
+        quant_logging.reset_logger_handler()
+        assert root.handlers == []
+    finally:
+        for h in saved:
+            root.addHandler(h)
+    assert amp_wrapper.half_function(len) is len and amp_wrapper.promote_function(abs) is abs
