@@ -148,6 +148,10 @@ def run(args) -> int:
             "--variant fp32/fp16")
     out = check_writable(args.out)
     model = build_from_checkpoint(ckpt)
+    if any(v in INT8_VARIANTS for v in variants):
+        from trtqat.export.calibrated import refuse_uncalibrated
+
+        refuse_uncalibrated(model)  # before any file is written
     skip = tuple(getattr(args, "skip_layers", ()) or ())
     if skip:
         from trtqat.quant.model_ops import disable_layers

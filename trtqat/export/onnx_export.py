@@ -31,6 +31,7 @@ from trtqat.export._torch_export import (
     name_nodes,
     torch_to_onnx,
 )
+from trtqat.export.calibrated import refuse_uncalibrated
 from trtqat.export.errors import ExportError, ValidationError
 from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import convert_to_fp16
@@ -87,6 +88,7 @@ def check_quantizers(model: nn.Module) -> int:
 
     Returns the number of active quantizers.
     """
+    refuse_uncalibrated(model)
     active = [(n, q) for n, q in quantizers(model) if not q.disabled and q._if_quant]
     if not active:
         raise ExportError("the model has no active quantizer, so there is nothing to export "
@@ -140,9 +142,11 @@ def _io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
 def quantize_weights(model: onnx.ModelProto) -> int:
     """Replace ``Q(float weight) -> DQ`` by an int8 weight initializer -> DQ (in place).
 
-    The codes are computed once, as the PyTorch quantizer does (round half to even, clipped
-    to the narrow range [-127, 127]); the file holds 1 byte per weight, and TensorRT reads
-    DQ on int8 constants as quantized weights. Returns the number of weights converted.
+    The codes are computed once, as the QuantizeLinear they replace and the (full-range)
+    PyTorch quantizer do: round half to even, saturate to [-128, 127]. Max-calibrated weights
+    never reach -128; a weight range calibrated below max|w| (percentile, mse) can. The file
+    holds 1 byte per weight, and TensorRT reads DQ on int8 constants as quantized weights.
+    Returns the number of weights converted.
     """
     graph = model.graph
     g = GraphIndex(graph)
@@ -159,7 +163,7 @@ def quantize_weights(model: onnx.ModelProto) -> int:
             shape = [1] * w.ndim
             shape[attr(node, "axis", 1) % w.ndim] = -1
             scale = scale.reshape(shape)
-        codes = np.clip(np.rint(w / scale.astype(np.float32)), -127, 127).astype(np.int8)
+        codes = np.clip(np.rint(w / scale.astype(np.float32)), -128, 127).astype(np.int8)
         name = f"{node.input[0]}_int8"
         graph.initializer.append(numpy_helper.from_array(codes, name))
         for u in users:
