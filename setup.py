@@ -1,8 +1,11 @@
 """Build hook: compiles the fused fake-quant CPU kernel when torch is importable at build time.
 
-Installed with ``pip install --no-build-isolation .`` (as the Makefile does) the kernel is
-built against the torch in the environment. Without a compiler or torch at build time the
-package installs without it and falls back to the pure-PyTorch kernels.
+Installed with ``pip install --no-build-isolation .`` (as the Makefile and the Docker images
+do) the kernel is built against the torch in the environment. With pip's default build
+isolation torch is not importable here: the package then installs without it, and the same
+source is compiled once on first use into a per-user cache (``trtqat/quant/kernel_loader.py``;
+needs g++ and ninja, a dependency). The GPU kernels are Triton code, compiled by Triton at run
+time: nothing to build here.
 
 ``TRTQAT_NO_EXT=1`` skips the kernel; ``TRTQAT_EXT_REQUIRED=1`` turns a failed build into an
 error instead of a warning.
@@ -27,8 +30,8 @@ def _skip(reason: str) -> dict:
     if _flag("TRTQAT_EXT_REQUIRED"):
         raise RuntimeError(f"trtqat: cannot build the fake-quant kernel: {reason}")
     warnings.warn(
-        f"trtqat: building without the compiled fake-quant kernel ({reason}); the "
-        "pure-PyTorch kernels will be used",
+        f"trtqat: building without the compiled fake-quant kernel ({reason}); it will be "
+        "compiled once on first use (or use `pip install --no-build-isolation .`)",
         stacklevel=2,
     )
     return {}

@@ -1,12 +1,116 @@
-"""Atomic file writes: a temporary file beside the target, renamed only once complete."""
+"""Atomic file writes: a temporary file beside the target, renamed only once complete.
+
+Temporary files are named ``.NAME.PID-RANDOM.tmp`` (NAME: the target's file name, PID: the
+writing process). A write killed half-way leaves one behind; the next write to the same
+target removes those whose process is gone (:func:`remove_stale_temps`), and a run folder
+removes all of its own when it is opened under its lock. Finished files get the mode a plain
+``open()`` would give them (the umask's), not mkstemp's 0600.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+log = logging.getLogger(__name__)
+
+# .NAME.PID-RANDOM.tmp (ours), or .NAME.RANDOM.tmp (mkstemp names of older trtqat versions)
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?(?P<rand>[A-Za-z0-9_]+)\.tmp$")
+# Temp files without a PID count as stale once they are this old (no live writer is that slow
+# to touch its file).
+LEGACY_STALE_S = 3600.0
+
+
+def default_mode() -> int:
+    """The permissions a plain ``open()`` would give a new file (mkstemp makes them 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def is_stale_temp(path: Path, name: str | None = None, *, all_dead: bool = False) -> bool:
+    """Whether ``path`` is a temporary file of ours (for target ``name``, if given) whose
+    writer is gone: its PID is not alive, or it has no PID and is old. ``all_dead``: every
+    writer is known to be gone (a run folder opened under its lock), except this process."""
+    match = _TEMP.match(path.name)
+    if match is None or (name is not None and match["name"] != name):
+        return False
+    pid = match["pid"]
+    if pid is not None:
+        if int(pid) == os.getpid():
+            return False
+        return all_dead or not _pid_alive(int(pid))
+    if all_dead:
+        return True
+    try:
+        return time.time() - path.stat().st_mtime > LEGACY_STALE_S
+    except OSError:
+        return False
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None, *,
+                       all_dead: bool = False) -> list[Path]:
+    """Remove the stale temporary files of ours in ``folder`` (for target ``name`` only, if
+    given); returns what was removed. Files of other programs are never touched."""
+    folder = Path(folder)
+    pattern = f".{glob_escape(name)}.*.tmp" if name is not None else ".*.tmp"
+    removed = []
+    try:
+        candidates = list(folder.glob(pattern))
+    except OSError:
+        return removed
+    for path in candidates:
+        if path.is_file() and is_stale_temp(path, name, all_dead=all_dead):
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            removed.append(path)
+            log.info("removed %s, left by a write that was killed", path)
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def temp_path(target: str | os.PathLike[str]) -> Path:
+    """A new, empty temporary file beside ``target`` (after removing stale ones of it)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(target.parent, target.name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}-", suffix=".tmp",
+                               dir=target.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Give ``tmp`` the umask's mode and rename it to ``target`` (atomically)."""
+    os.chmod(tmp, default_mode())
+    os.replace(tmp, target)
+    return Path(target)
 
 
 def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> Path:
@@ -15,13 +119,12 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
     Readers never see half a file; on any error the temporary file is removed.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = temp_path(target)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             write(f)
-        os.replace(tmp, target)
+        publish(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return target

@@ -1,7 +1,8 @@
 """``demo``: the whole pipeline on the bundled digits data, end to end.
 
 FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model -> export of every
-variant -> engines -> benchmark -> report. Stages whose results exist are reused.
+variant -> engines -> benchmark -> report. Stages whose results exist are reused. Training,
+calibration and QAT run on ``device``; export runs on the CPU and the engines on ``backend``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class DemoConfig:
     threads: int | None = None
     fresh: bool = False
     progress: bool = True
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.calib_batches < 1 or self.image_size < 8:
@@ -63,14 +65,16 @@ def _fp32_complete(run: Path, epochs: int) -> bool:
 
 def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) the demo pipeline; returns the comparison report."""
+    from trtqat.train.distributed import pick_device
     from trtqat.train.fp32 import TrainConfig, train_fp32
     from trtqat.train.ptq import CalibrateConfig, calibrate
     from trtqat.train.qat import QATConfig, qat_finetune
 
+    pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
     t_start = time.perf_counter()
     root = Path(cfg.runs)
     fp32 = root / "fp32"
-    common = {"progress": cfg.progress}
+    common = {"progress": cfg.progress, "device": cfg.device}  # the training stages' device
 
     echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {cfg.image_size}x{cfg.image_size}, "
          f"{cfg.epochs} epochs -> {fp32}")

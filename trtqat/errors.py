@@ -16,9 +16,30 @@ class QuantConfigError(TrtqatError, ValueError):
     """An invalid quantization setting (bits, axis, calibration method, ...)."""
 
 
+class QuantInputError(TrtqatError, TypeError):
+    """A tensor handed to a fake-quant op that it cannot quantize (e.g. integer dtype)."""
+
+
 class QuantizerStateError(TrtqatError, RuntimeError):
     """A quantizer is not usable as it is (amax missing, NaN, zero, wrong shape)."""
 
 
 class CalibrationError(TrtqatError, RuntimeError):
     """Calibration could not produce a range (no data, unknown method, ...)."""
+
+
+class QuantTypeError(TrtqatError, TypeError):
+    """A quantization argument of the wrong type or an unknown keyword (pytorch-quantization
+    raises TypeError for these)."""
+
+
+class AmaxValueError(QuantizerStateError, ValueError):
+    """An amax that cannot be a range: negative, NaN, infinite, empty or all zero."""
+
+
+class CalibrationMethodError(CalibrationError, TypeError):
+    """An unknown calibration method (pytorch-quantization raises TypeError)."""
+
+
+class CalibrationValueError(CalibrationError, ValueError):
+    """A calibration argument out of range, e.g. a percentile outside (0, 100]."""

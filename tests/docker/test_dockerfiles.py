@@ -44,7 +44,7 @@ IDS = ["gpu", "cpu"]
 PINS = {
     "TORCH_VERSION": ("dependencies", "torch"),
     "TORCHVISION_VERSION": ("dependencies", "torchvision"),
-    "ONNXRUNTIME_VERSION": ("dependencies", "onnxruntime"),
+    "ONNXRUNTIME_VERSION": ("ort", "onnxruntime"),
     "SETUPTOOLS_VERSION": ("build-system", "setuptools"),
     "PYTHON_VERSION": ("requires-python", None),
     "CUDA_PYTHON_VERSION": ("tensorrt", "cuda-python"),
@@ -334,6 +334,15 @@ def test_cpu_image_runs_the_demo_by_default():
     _, stages, _ = parse(CPU)
     assert exec_form(stages[-1].of("ENTRYPOINT")[0]["value"]) == ["trtqat"]
     assert exec_form(stages[-1].of("CMD")[0]["value"]) == ["demo"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
+def test_images_install_the_demo_extra_and_one_onnxruntime(path):
+    # the demo and `compare` need scikit-learn and matplotlib, which left the core
+    _, stages, _ = parse(path)
+    runs = " ".join(run_texts(stages[0]))
+    assert "['optional-dependencies']['demo']" in runs, "the demo extra is not installed"
+    assert '"onnxruntime==${ONNXRUNTIME_VERSION}"' in runs and "onnxruntime-gpu" not in runs
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)

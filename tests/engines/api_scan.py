@@ -29,6 +29,7 @@ RETURNS = {
     "Runtime.deserialize_cuda_engine": "ICudaEngine",
     "ICudaEngine.create_execution_context": "IExecutionContext",
     "ICudaEngine.serialize": "IHostMemory",
+    "ICudaEngine.create_engine_inspector": "EngineInspector",
 }
 CONSTRUCTORS = {"Builder", "Runtime", "OnnxParser", "Logger"}
 HELPERS = {"import_tensorrt": MODULE, "deserialize": ("inst", "ICudaEngine"),

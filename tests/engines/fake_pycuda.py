@@ -57,6 +57,9 @@ def make_driver(devices: int = 1) -> types.ModuleType:
         def synchronize(self) -> None:
             pass
 
+        def query(self) -> bool:
+            return True
+
         def time_since(self, start: Event) -> float:
             return self._t - start._t
 

@@ -18,8 +18,8 @@ from .conftest import make_conv_model
 
 FAST = ["--warmUp=0", "--duration=0", "--iterations=5"]
 SUMMARY = ["=== Performance summary ===", "Throughput: ", "Latency: ", "Enqueue Time: ",
-           "H2D Latency: ", "GPU Compute Time: ", "D2H Latency: ", "Total Host Walltime: ",
-           "Total GPU Compute Time: "]
+           "H2D Latency: ", "CPU Compute Time: ", "D2H Latency: ", "Total Host Walltime: ",
+           "Total CPU Compute Time: "]
 
 
 def run_exec(capsys, *argv: str) -> tuple[int, list[str], list[str]]:
@@ -41,7 +41,7 @@ def test_flag_parsing_accepts_both_spellings() -> None:
     assert (defaults.warmUp, defaults.duration, defaults.iterations, defaults.avgRuns) == (
         200.0, 3.0, 10, 10)
     assert (defaults.percentile, defaults.backend, defaults.cuda_graph, defaults.transfers) == (
-        "90,95,99", "ort", None, None)
+        "90,95,99", None, None, None)
     assert parse_percentiles("90,95,99") == (90.0, 95.0, 99.0)
     assert parse_mem_pools("workspace:1024,tacticSharedMem:64K") == {
         "workspace": 1 << 30, "tacticSharedMem": 64 << 10}
@@ -83,10 +83,11 @@ def test_precision_flags_print_the_export_variant(capsys, dynamic_onnx) -> None:
     (["--onnx={missing}"], "ONNX file {missing} does not exist"),
     (["--onnx={trunc}"], "is not an ONNX model (truncated or another format"),
     (["--onnx={text}"], "is not an ONNX model"),
-    (["--loadEngine={onnx}"], "is not a trtqat engine file (it is an ONNX model: pass it with "
-                              "--onnx)"),
+    (["--loadEngine={onnx}", "--backend=tensorrt"], "is an ONNX model, not a TensorRT plan"),
+    (["--loadEngine={text}"], "is not an ONNX model and has no trtqat sidecar; reading it as a "
+                              "TensorRT plan needs TensorRT"),
     (["--loadEngine={engine}", "--backend=tensorrt"], ""),  # TensorRT file check or install hint
-    (["--loadEngine={trunc_engine}"], "is truncated"),
+    (["--loadEngine={trunc_engine}"], "does not match its sidecar t.engine.json (truncated"),
     (["--onnx={onnx}", "--shapes=y:1x3x8x8"], "--shapes: unknown input 'y'; the model's inputs "
                                               "are: x"),
     (["--onnx={static}", "--shapes=x:4x3x8x8"], "the batch dimension (0) is fixed to 1 in the "
@@ -110,6 +111,7 @@ def test_bad_input_is_one_line_and_exit_1(tmp_path, capsys, dynamic_onnx, static
                  "--skipInference"]) == 0
     trunc_engine = tmp_path / "t.engine"
     trunc_engine.write_bytes(engine.read_bytes()[:-10])
+    (tmp_path / "t.engine.json").write_bytes((tmp_path / "e.engine.json").read_bytes())
     (tmp_path / "trunc.onnx").write_bytes(dynamic_onnx.read_bytes()[:150])
     (tmp_path / "text.onnx").write_text("hello")
     names = {"missing": tmp_path / "missing.onnx", "trunc": tmp_path / "trunc.onnx",
@@ -124,7 +126,8 @@ def test_bad_input_is_one_line_and_exit_1(tmp_path, capsys, dynamic_onnx, static
     assert needle.format(**names) in err[0]
     assert not save.exists()  # nothing half-written
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["e.engine", "t.engine", "trunc.onnx", "text.onnx", "dynamic.onnx", "static.onnx"])
+        ["e.engine", "e.engine.json", "t.engine", "t.engine.json", "trunc.onnx", "text.onnx",
+         "dynamic.onnx", "static.onnx"])
 
 
 def test_unknown_flag_is_one_line_exit_2(capsys) -> None:

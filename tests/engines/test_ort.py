@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -23,7 +24,7 @@ from trtqat.engines import (
 )
 from trtqat.engines import ort as ort_backend
 from trtqat.engines.errors import RunnerStateError
-from trtqat.engines.fileformat import read_engine_file, write_engine_file
+from trtqat.engines.fileformat import sidecar_path, write_container_file, write_engine_files
 from trtqat.engines.ort import OrtEngine
 
 from .conftest import make_conv_model, reference
@@ -39,7 +40,9 @@ def test_build_save_load_infer(dynamic_onnx, tmp_path) -> None:
     engine = build_engine(dynamic_onnx, "ort")
     assert engine.inputs[0].shape == (None, 3, 8, 8) and not engine.inputs[0].has_profile
     path = engine.save(tmp_path / "engines" / "m.engine")
-    header, payload = read_engine_file(path)
+    header, payload = json.loads(sidecar_path(path).read_text()), path.read_bytes()
+    assert payload == engine.payload and header["payload_size"] == len(payload)
+    assert header["source_sha256"] == hashlib.sha256(dynamic_onnx.read_bytes()).hexdigest()
     assert header["backend"] == "ort" and header["backend_version"] == onnxruntime.__version__
     assert header["providers"] == ["CPUExecutionProvider"] and header["optimized"] is True
     assert header["inputs"][0]["name"] == "x" and header["build_options"]["providers"] == ["cpu"]
@@ -61,21 +64,53 @@ def test_unused_initializer_warnings_are_silenced(tmp_path, capfd) -> None:
     assert "unused_weight" not in capfd.readouterr().err
 
 
-def test_refuses_other_backend_version_and_non_engines(dynamic_onnx, tmp_path) -> None:
+def test_refuses_other_backend_version_and_loads_plain_onnx(dynamic_onnx, tmp_path,
+                                                            caplog) -> None:
     engine = build_engine(dynamic_onnx, "ort")
-    other = write_engine_file(tmp_path / "trt.engine", dict(engine.header, backend="tensorrt"),
-                              engine.payload)
+    other = write_engine_files(tmp_path / "trt.engine", dict(engine.header, backend="tensorrt"),
+                               engine.payload)
     with pytest.raises(EngineFileError, match="is a 'tensorrt' engine, not 'ort'; run it with "
                                               "--backend=tensorrt"):
         OrtEngine.load(other)
-    newer = write_engine_file(tmp_path / "v2.engine", dict(engine.header, backend_version="2.0.1"),
-                              engine.payload)
+    newer = write_engine_files(tmp_path / "v2.engine",
+                               dict(engine.header, backend_version="2.0.1"), engine.payload)
     with pytest.raises(EngineFileError, match="built with onnxruntime 2.0.1.*rebuild it"):
         load_engine(newer)
-    with pytest.raises(EngineFileError, match="it is an ONNX model: pass it with --onnx"):
-        load_engine(dynamic_onnx, backend="ort")
-    with pytest.raises(EngineFileError, match="no trtqat header"):
-        load_engine(dynamic_onnx)
+    # a plain ONNX model without a sidecar is an ORT engine (CPU provider)
+    for loaded in (load_engine(dynamic_onnx), load_engine(dynamic_onnx, backend="ort")):
+        assert isinstance(loaded, OrtEngine) and loaded.inputs[0].shape == (None, 3, 8, 8)
+        assert loaded.header["sidecar"] is False
+    # a sidecar that does not match its engine (e.g. overwritten by another tool)
+    saved = engine.save(tmp_path / "m.onnx")
+    saved.write_bytes(dynamic_onnx.read_bytes())
+    with pytest.raises(EngineFileError, match="does not match its sidecar m.onnx.json"):
+        load_engine(saved)
+    sidecar_path(saved).write_text("{not json")  # another tool's file: warned and ignored
+    with caplog.at_level("WARNING", "trtqat"):
+        assert load_engine(saved).header["sidecar"] is False
+    assert "m.onnx.json is not a trtqat engine sidecar" in caplog.text
+    with pytest.raises(EngineFileError, match="is a JSON file, not an engine"):
+        load_engine(sidecar_path(saved))
+    (tmp_path / "junk.bin").write_bytes(b"\x01\x02junk")
+    with pytest.raises(EngineFileError, match="is not an ONNX model; if it is a TensorRT plan"):
+        load_engine(tmp_path / "junk.bin", backend="ort")
+
+
+def test_old_container_files_load_with_a_deprecation_note(dynamic_onnx, tmp_path,
+                                                         caplog) -> None:
+    engine = build_engine(dynamic_onnx, "ort")
+    old = write_container_file(tmp_path / "old.engine", engine.header, engine.payload)
+    with caplog.at_level("WARNING", "trtqat"):
+        loaded = load_engine(old)
+    assert isinstance(loaded, OrtEngine) and loaded.payload == engine.payload
+    assert "old container layout (deprecated" in caplog.text
+    data = old.read_bytes()
+    (tmp_path / "trunc.engine").write_bytes(data[:-5])
+    with pytest.raises(EngineFileError, match="truncated"):
+        load_engine(tmp_path / "trunc.engine")
+    (tmp_path / "flip.engine").write_bytes(data[:-1] + b"X")
+    with pytest.raises(EngineFileError, match="corrupted"):
+        load_engine(tmp_path / "flip.engine")
 
 
 def test_bad_onnx_files(tmp_path, dynamic_onnx) -> None:
@@ -188,7 +223,18 @@ def test_unavailable_provider_is_a_user_error(dynamic_onnx) -> None:
 
 def test_refuses_engine_optimised_on_another_machine(dynamic_onnx, tmp_path) -> None:
     engine = build_engine(dynamic_onnx, "ort")
-    path = write_engine_file(tmp_path / "arm.engine", dict(engine.header, machine="sparc64"),
+    path = write_engine_files(tmp_path / "arm.engine", dict(engine.header, machine="sparc64"),
                              engine.payload)
     with pytest.raises(EngineFileError, match="optimised on sparc64"):
         load_engine(path)
+
+
+def test_gpu_providers_get_the_device_id() -> None:
+    class FakeOrt:
+        @staticmethod
+        def get_available_providers() -> list[str]:
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+    providers = ort_backend._providers(FakeOrt, BuildOptions(providers=("cuda",)), device=1)
+    assert providers == [("CUDAExecutionProvider", {"device_id": "1"}),
+                         ("CPUExecutionProvider", {})]

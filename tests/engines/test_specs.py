@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from trtqat.engines import BuildOptions, EngineFileError, OptionsError, ShapeError, TensorSpec
-from trtqat.engines.fileformat import MAGIC, atomic_write, read_engine_file, write_engine_file
+from trtqat.engines.fileformat import (
+    KIND_PLAN,
+    MAGIC,
+    atomic_write,
+    read_engine_files,
+    sidecar_path,
+    write_container_file,
+    write_engine_files,
+)
 from trtqat.engines.specs import format_shape, parse_shapes, precision_note, resolve_profile
 
 
@@ -39,6 +47,15 @@ def test_resolve_profile_fills_min_opt_max() -> None:
     assert x.opt_shape == (1, 3, 8, 8)  # TensorRT: trtexec's "dynamic dims -> 1"
 
 
+def test_shapes_with_min_opt_max_is_the_run_shape_only() -> None:
+    # trtexec's README example: min/opt/max build the profile, --shapes picks the run shape
+    opts = BuildOptions(shapes={"x": (3, 3, 8, 8), "s": (1, 4)}, min_shapes={"x": (1, 3, 8, 8)},
+                        opt_shapes={"x": (2, 3, 8, 8)}, max_shapes={"x": (4, 3, 8, 8)})
+    x, s = resolve_profile([X, S], opts, dynamic_default_one=True)
+    assert (x.min_shape, x.opt_shape, x.max_shape) == ((1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8))
+    assert s.min_shape == s.opt_shape == s.max_shape == (1, 4)  # only in --shapes: min=opt=max
+
+
 @pytest.mark.parametrize("options, needle", [
     (BuildOptions(shapes={"nope": (1,)}), "--shapes: unknown input 'nope'; the model's inputs "
                                           "are: s, x"),
@@ -58,7 +75,7 @@ def test_resolve_profile_errors(options: BuildOptions, needle: str) -> None:
 def test_build_options_are_checked() -> None:
     for bad in ({"builder_optimization_level": 6}, {"memory_pools": {"dla": 1}},
                 {"memory_pools": {"workspace": 0}}, {"threads": -1}, {"providers": ("gpu",)},
-                {"shapes": {"x": (1,)}, "max_shapes": {"x": (2,)}},
+                {"profiling_verbosity": "verbose"},
                 {"shapes": {"x": (1.5,)}}):
         with pytest.raises(OptionsError):
             BuildOptions(**bad)
@@ -74,24 +91,30 @@ def test_precision_note_names_the_export_variant() -> None:
     assert precision_note(BuildOptions(fp16=True), "X").startswith("--fp16: X takes precision")
 
 
-def test_engine_file_round_trip_and_damage(tmp_path) -> None:
-    path = write_engine_file(tmp_path / "a" / "e.engine", {"backend": "ort"}, b"payload" * 10)
-    header, payload = read_engine_file(path)
-    assert header["backend"] == "ort" and payload == b"payload" * 10
+def test_engine_file_is_plain_with_a_sidecar(tmp_path) -> None:
+    path = write_engine_files(tmp_path / "a" / "e.engine", {"backend": "tensorrt"}, b"\x00plan")
+    assert path.read_bytes() == b"\x00plan"  # nothing prepended
+    found = read_engine_files(path)
+    assert found.header["backend"] == "tensorrt" and found.payload == b"\x00plan"
+    assert found.kind == KIND_PLAN and not found.legacy
+    assert sidecar_path(path) == tmp_path / "a" / "e.engine.json"
+    sidecar_path(path).unlink()
+    assert read_engine_files(path).header is None
+    with pytest.raises(EngineFileError, match="does not exist"):
+        read_engine_files(tmp_path / "missing.engine")
+    (tmp_path / "empty.engine").write_bytes(b"")
+    with pytest.raises(EngineFileError, match="is empty"):
+        read_engine_files(tmp_path / "empty.engine")
+
+
+def test_old_container_round_trip_and_damage(tmp_path) -> None:
+    path = write_container_file(tmp_path / "a" / "e.engine", {"backend": "ort"}, b"p" * 10)
+    found = read_engine_files(path)
+    assert found.legacy and found.header["backend"] == "ort" and found.payload == b"p" * 10
     data = path.read_bytes()
-    (tmp_path / "trunc.engine").write_bytes(data[:-5])
-    with pytest.raises(EngineFileError, match="truncated"):
-        read_engine_file(tmp_path / "trunc.engine")
     (tmp_path / "head.engine").write_bytes(data[:len(MAGIC) + 10])
     with pytest.raises(EngineFileError, match="damaged header"):
-        read_engine_file(tmp_path / "head.engine")
-    (tmp_path / "flip.engine").write_bytes(data[:-1] + b"X")
-    with pytest.raises(EngineFileError, match="corrupted"):
-        read_engine_file(tmp_path / "flip.engine")
-    with pytest.raises(EngineFileError, match="does not exist"):
-        read_engine_file(tmp_path / "missing.engine")
-    (tmp_path / "raw.plan").write_bytes(b"\x00plan")
-    assert read_engine_file(tmp_path / "raw.plan") == (None, b"\x00plan")
+        read_engine_files(tmp_path / "head.engine")
 
 
 def test_atomic_write_leaves_nothing_half_written(tmp_path) -> None:

@@ -40,7 +40,10 @@ CORE = {"Builder.create_network", "OnnxParser.parse", "OnnxParser.get_error",
         "IExecutionContext.execute_async_v3", "IExecutionContext.profiler",
         "INetworkDefinition.num_inputs", "INetworkDefinition.get_input", "ITensor.shape",
         "ITensor.name", "BuilderFlag.FP16", "BuilderFlag.INT8", "Logger.WARNING",
-        "NetworkDefinitionCreationFlag.STRONGLY_TYPED", "MemoryPoolType.WORKSPACE"}
+        "NetworkDefinitionCreationFlag.STRONGLY_TYPED", "MemoryPoolType.WORKSPACE",
+        "IBuilderConfig.profiling_verbosity", "ProfilingVerbosity.DETAILED",
+        "ICudaEngine.create_engine_inspector", "EngineInspector.get_engine_information",
+        "LayerInformationFormat.JSON"}
 
 
 def test_trt_sources_use_only_the_tensorrt_api() -> None:

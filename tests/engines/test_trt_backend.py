@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import sys
 import types
@@ -20,7 +22,7 @@ from trtqat.engines import (
     load_engine,
 )
 from trtqat.engines.cuda import load_cuda
-from trtqat.engines.fileformat import read_engine_file, write_engine_file
+from trtqat.engines.fileformat import sidecar_path, write_engine_files
 from trtqat.engines.trt import TrtEngine
 
 from .conftest import reference
@@ -149,6 +151,26 @@ def test_runner_frees_everything(fake_trt, fake_cuda, dynamic_onnx) -> None:
     assert state.calls.count("cudaStreamCreate") == 1
 
 
+def test_saved_plan_is_exactly_the_host_memory_bytes(fake_trt, dynamic_onnx, tmp_path,
+                                                     monkeypatch) -> None:
+    returned = []
+    build = fake_trt.Builder.build_serialized_network
+
+    def spy(self, network, config):
+        plan = build(self, network, config)
+        returned.append(plan)
+        return plan
+
+    monkeypatch.setattr(fake_trt.Builder, "build_serialized_network", spy)
+    path = build_engine(dynamic_onnx, "tensorrt", **PROFILE).save(tmp_path / "m.engine")
+    assert isinstance(returned[0], fake_trt.IHostMemory)
+    assert path.read_bytes() == bytes(returned[0])  # a plain plan: nothing prepended
+    meta = json.loads(sidecar_path(path).read_text())
+    assert meta["backend"] == "tensorrt" and meta["backend_version"] == fake_trt.__version__
+    assert meta["source_sha256"] == hashlib.sha256(dynamic_onnx.read_bytes()).hexdigest()
+    assert meta["build_options"]["max_shapes"] == {"x": [4, 3, 8, 8]}
+
+
 def test_save_load_and_refusals(fake_trt, dynamic_onnx, tmp_path, monkeypatch) -> None:
     engine = build_engine(dynamic_onnx, "tensorrt", **PROFILE)
     path = engine.save(tmp_path / "m.engine")
@@ -161,27 +183,33 @@ def test_save_load_and_refusals(fake_trt, dynamic_onnx, tmp_path, monkeypatch) -
     with pytest.raises(EngineFileError, match="is a 'tensorrt' engine, not 'ort'; run it with "
                                               "--backend=tensorrt"):
         load_engine(path, backend="ort")
-    # a raw plan, as trtexec --saveEngine writes it
+    # a plain plan without a sidecar (as trtexec --saveEngine writes it): found from content
     raw = tmp_path / "raw.plan"
-    raw.write_bytes(read_engine_file(path)[1])
-    assert load_engine(raw, backend="tensorrt").inputs[0].max_shape == (4, 3, 8, 8)
-    with pytest.raises(EngineFileError, match="ONNX model, not an engine"):
+    raw.write_bytes(path.read_bytes())
+    for plain in (load_engine(raw), load_engine(raw, backend="tensorrt")):
+        assert isinstance(plain, TrtEngine) and plain.inputs[0].max_shape == (4, 3, 8, 8)
+    with pytest.raises(EngineFileError, match="ONNX model, not a TensorRT plan"):
         load_engine(dynamic_onnx, backend="tensorrt")
     (tmp_path / "junk.plan").write_bytes(b"\x01\x02junk")
-    with pytest.raises(EngineFileError, match="neither a trtqat engine file nor a TensorRT"):
-        load_engine(tmp_path / "junk.plan", backend="tensorrt")
-    # another TensorRT version: refused from the header, before TensorRT sees the plan
+    with pytest.raises(EngineFileError, match="neither an ONNX model nor a TensorRT"):
+        load_engine(tmp_path / "junk.plan")
+    # another TensorRT version: refused from the sidecar, before TensorRT sees the plan
     other = "11.4.0.106" if fake_trt._major == 10 else "10.16.0.72"
     monkeypatch.setitem(sys.modules, "tensorrt", make_module(other))
     with pytest.raises(EngineFileError, match=f"built with TensorRT {fake_trt.__version__}, "
                                               f"this is {other}.*rebuild"):
         load_engine(path)
-    header, payload = read_engine_file(path)
-    forged = write_engine_file(tmp_path / "forged.engine", dict(header, backend_version=other),
-                               payload)
+    header = json.loads(sidecar_path(path).read_text())
+    forged = write_engine_files(tmp_path / "forged.engine", dict(header, backend_version=other),
+                                path.read_bytes())
     with pytest.raises(EngineFileError, match="could not deserialize"):
         with load_engine(forged).runner():
             pass
+    # without TensorRT, a plan without sidecar says what it needs
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    with pytest.raises(BackendUnavailableError, match="reading it as a TensorRT plan needs "
+                                                      "TensorRT: pip install"):
+        load_engine(raw)
 
 
 def test_benchmark_defaults_follow_trtexec_of_each_version(fake_trt, fake_cuda,

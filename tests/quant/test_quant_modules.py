@@ -31,7 +31,7 @@ def test_initialize_replaces_and_deactivate_restores():
     assert isinstance(model.conv1, quant_nn.QuantConv2d)
     assert isinstance(model.fc, quant_nn.QuantLinear)
     assert isinstance(model.conv1.weight_quantizer, quant_nn.TensorQuantizer)
-    assert model.conv1.weight_quantizer.axis == (0,)
+    assert model.conv1.weight_quantizer.axis == 0  # stored as given: axis=(0) is the int 0
 
 
 def test_context_manager_float_module_list_and_custom():
@@ -60,10 +60,10 @@ def test_set_default_quant_desc():
 
 
 @pytest.mark.parametrize("cls,shape,axis", [
-    (quant_nn.QuantConv1d, (2, 3, 9), (0,)),
-    (quant_nn.QuantConv3d, (2, 3, 5, 5, 5), (0,)),
+    (quant_nn.QuantConv1d, (2, 3, 9), 0),
+    (quant_nn.QuantConv3d, (2, 3, 5, 5, 5), 0),
     (quant_nn.QuantConvTranspose2d, (2, 3, 6, 6), (1,)),
-    (quant_nn.QuantLinear, (2, 3), (0,)),
+    (quant_nn.QuantLinear, (2, 3), 0),
 ])
 def test_layers_match_float_when_quantizers_disabled(cls, shape, axis):
     layer = cls(3, 4, 3) if cls is not quant_nn.QuantLinear else cls(3, 4)

@@ -4,18 +4,19 @@ import pytest
 import torch
 
 from trtqat import nn as quant_nn
-from trtqat.errors import CalibrationError, QuantConfigError, QuantizerStateError
+from trtqat.errors import CalibrationError, QuantConfigError, QuantizerStateError, QuantTypeError
 from trtqat.tensor_quant import QuantDescriptor
 
 
 def test_api_surface_and_defaults():
     q = quant_nn.TensorQuantizer()
-    assert (q.num_bits, q.axis, q.unsigned, q.narrow_range) == (8, None, False, True)
+    assert (q.num_bits, q.axis, q.unsigned, q.narrow_range) == (8, None, False, False)
+    assert (q.minbound, q.maxbound) == (-128, 127)  # full range by default
     assert q.amax is None and q._calibrator is not None
     for name in ("enable", "disable", "enable_quant", "disable_quant", "enable_calib",
                  "disable_calib", "load_calib_amax"):
         assert callable(getattr(q, name))
-    assert "8bit" in repr(q) and "amax=None" in repr(q)
+    assert "8bit" in repr(q) and "amax=dynamic" in repr(q)
 
 
 def test_calibrate_then_quantize():
@@ -43,8 +44,10 @@ def test_amax_setter_and_per_channel():
     q.load_calib_amax()
     assert q.amax.shape == (4, 1, 1, 1)
     torch.testing.assert_close(q.amax.flatten(), w.abs().amax(dim=(1, 2, 3)))
-    q.amax = 2.0
-    assert float(q.amax) == 2.0
+    with pytest.raises(QuantTypeError, match="shape"):
+        q.amax = 2.0  # changing the shape is refused, as in pytorch-quantization
+    q.amax = torch.full((4, 1, 1, 1), 2.0)
+    assert q.amax.flatten().tolist() == [2.0] * 4
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 0.0])
@@ -54,11 +57,10 @@ def test_bad_amax_is_refused_with_a_clear_message(bad):
         q.amax = bad
 
 
-def test_quantizing_without_amax_names_the_quantizer():
+def test_quantizing_without_amax_uses_the_input_range():
     q = quant_nn.TensorQuantizer()
-    q._name = "layer1.0.conv1._input_quantizer"
-    with pytest.raises(QuantizerStateError, match="layer1.0.conv1._input_quantizer.*calibrate"):
-        q(torch.ones(3))
+    x = torch.tensor([-2.0, 0.3, 1.0])
+    assert torch.allclose(q(x), quant_nn.TensorQuantizer(QuantDescriptor(amax=2.0))(x))
 
 
 def test_calibrating_with_no_data():
@@ -67,9 +69,10 @@ def test_calibrating_with_no_data():
         q.load_calib_amax()
 
 
-@pytest.mark.parametrize("bits", [1, 17, 8.0])
-def test_num_bits_outside_range(bits):
-    with pytest.raises(QuantConfigError, match="num_bits"):
+@pytest.mark.parametrize("bits,error", [(-1, ValueError), (8.0, TypeError), (True, TypeError),
+                                        ((5, 2), TypeError)])
+def test_bad_num_bits(bits, error):
+    with pytest.raises(error, match="num_bits"):
         QuantDescriptor(num_bits=bits)
 
 
@@ -93,14 +96,19 @@ def test_state_dict_round_trip_and_shape_mismatch():
     c = quant_nn.QuantConv2d(3, 4, 3)
     c.weight_quantizer.amax = torch.rand(4, 1, 1, 1) + 0.1
     state = a.state_dict()
-    state["_weight_quantizer._amax"] = torch.rand(8, 1, 1, 1)
+    state["_weight_quantizer._amax"] = torch.tensor(0.5)  # per-tensor into per-channel
+    c.load_state_dict(state)
+    assert c.weight_quantizer.amax.shape == () and float(c.weight_quantizer.amax) == 0.5
+    state["_weight_quantizer._amax"] = torch.rand(8, 1, 1, 1)  # loads; fails when used
+    c.load_state_dict(state)
     with pytest.raises(QuantizerStateError, match="shape"):
-        c.load_state_dict(state)
+        c(x)
 
 
-def test_learned_amax_is_trained():
-    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0, learn_amax=True))
-    assert isinstance(q._amax, torch.nn.Parameter)
+def test_lsq_learned_amax_is_trained():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0))
+    q.init_learn_amax()  # trtqat extension: amax itself becomes a parameter
+    assert isinstance(q._amax, torch.nn.Parameter) and q.learn_amax
     x = torch.randn(1000) * 2
     opt = torch.optim.SGD(q.parameters(), lr=0.01)
     before = float(q.amax)

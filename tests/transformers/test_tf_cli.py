@@ -131,8 +131,8 @@ def test_bad_inputs_write_nothing(tiny_dir, tmp_path, capsys):
     no_config.mkdir()
     _one_line_error(capsys, ["calibrate", "--model", str(no_config), *common], "no config.json")
     _one_line_error(capsys, ["calibrate", *common], "--checkpoint is required")
-    _one_line_error(capsys, ["calibrate", "--model", "resnet18", *common],
-                    "--checkpoint is required")
+    _one_line_error(capsys, ["calibrate", "--model", str(tmp_path / "my_cnn.py:make"), *common],
+                    "my_cnn.py does not exist")  # a CNN factory, not an encoder folder
     assert not (tmp_path / "runs").exists()
 
 

@@ -1,5 +1,5 @@
 """pytorch-quantization's ``calib`` namespace."""
 
-from trtqat.quant.calib import Calibrator, HistogramCalibrator, MaxCalibrator
+from trtqat.quant.calib import Calibrator, HistogramCalibrator, MaxCalibrator, calibrate_weights
 
-__all__ = ["Calibrator", "HistogramCalibrator", "MaxCalibrator"]
+__all__ = ["Calibrator", "HistogramCalibrator", "MaxCalibrator", "calibrate_weights"]

@@ -12,23 +12,69 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from trtqat.cli.parsing import (
+    SubcommandParser,
+    add_common_options,
+    dry_run_line,
+    dry_run_requested,
+)
+from trtqat.cli.validate import OneLineParser
 from trtqat.errors import TrtqatError
 
 # Order shown in --help. A name here is a module trtqat.cli.cmd_<name>.
 COMMANDS = ["demo", "train", "calibrate", "qat", "export", "lint", "build", "compare",
             "sensitivity"]
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def version_text() -> str:
+    """trtqat, torch and onnxruntime versions, and the fake-quant kernels of each device."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    from trtqat.quant import _kernels
+
+    def dist(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    try:
+        import onnxruntime
+
+        ort = f"onnxruntime {onnxruntime.__version__}"
+    except ImportError:
+        ort = "onnxruntime not installed (pip install 'trtqat[ort]' or 'trtqat[ort-gpu]')"
+    report = _kernels.kernel_report()
+    cuda = "CUDA device visible" if torch.cuda.is_available() else "no CUDA device visible"
+    return "\n".join([
+        f"trtqat {dist('trtqat')}",
+        f"torch {torch.__version__}, {ort}",
+        f"fake-quant kernels, CPU: {report['cpu']}",
+        f"fake-quant kernels, CUDA ({cuda}): {report['cuda']}",
+    ])
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``trtqat`` with every available subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trtqat",
         description="Quantization-aware training to fast INT8 engines: train, calibrate (PTQ), "
         "fine-tune (QAT), export Q/DQ ONNX, build and benchmark engines, compare.",
     )
-    parser.add_argument("--log-level", default="WARNING",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="logging verbosity")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--log-level", default="WARNING", choices=LOG_LEVELS,
+                        help="logging verbosity (default WARNING; also accepted after COMMAND)")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="print the versions and the fake-quant kernels in use, then exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for name in COMMANDS:
         try:
@@ -38,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # not part of this build yet
             raise
         module.register(sub)
+    for subparser in sub.choices.values():
+        add_common_options(subparser, LOG_LEVELS)
     return parser
 
 
@@ -45,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trtqat`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if dry_run_requested():
+        print(dry_run_line("trtqat", sys.argv[1:] if argv is None else argv))
+        return 0
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         result = args.func(args)

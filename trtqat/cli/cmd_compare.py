@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from trtqat.cli.cmd_demo import _sizes
+from trtqat.cli.cmd_train import image_size_arg
+from trtqat.cli.validate import (
+    finite_float,
+    int_list,
+    int_range,
+    non_negative_int,
+    positive_int,
+    writable_dir,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,23 +35,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--variants", type=lambda s: tuple(s.split(",")), default=(),
                    help="only these variants, e.g. fp32,qat-int8")
     p.add_argument("--backend", default="ort", help="ort (default) or tensorrt")
-    p.add_argument("--batch-sizes", type=_sizes, default=(1, 32),
+    p.add_argument("--batch-sizes", type=int_list, default=(1, 32),
                    help="latency at the first, throughput at the last (default 1,32)")
-    p.add_argument("--export-dir", default="export", help="where missing ONNX files are written")
-    p.add_argument("--out", default="engines", help="where engines and the report go")
+    p.add_argument("--export-dir", default="export", type=writable_dir,
+                   help="where missing ONNX files are written")
+    p.add_argument("--out", default="engines", type=writable_dir,
+                   help="where engines and the report go")
     p.add_argument("--data", default=None, help="digits, synthetic or an ImageFolder path; "
                    "encoders: builtin or a text file (default: the runs')")
-    p.add_argument("--seq-len", type=int, default=128,
+    p.add_argument("--seq-len", type=int_range(2), default=128,
                    help="encoders: tokens per sentence (default 128)")
-    p.add_argument("--num-sentences", type=int, default=500,
+    p.add_argument("--num-sentences", type=positive_int, default=500,
                    help="encoders: held-out sentences scored (default 500)")
     p.add_argument("--model", default=None, help="encoders: FP32 reference and tokenizer of "
                    "--onnx files without a run (minilm or a folder; default: from the file)")
-    p.add_argument("--image-size", type=int, default=None, help="default: the FP32 run's")
-    p.add_argument("--duration", type=float, default=3.0, dest="duration_s",
+    p.add_argument("--image-size", type=image_size_arg, default=None, metavar="N|HxW",
+                   help="default: the runs' (preprocessing too: resize, mean/std, channels)")
+    p.add_argument("--duration", type=finite_float(gt=0, unit="seconds"), default=3.0,
+                   dest="duration_s",
                    help="seconds of measurement per variant and batch size (trtexec: 3)")
-    p.add_argument("--warmup", type=float, default=200.0, dest="warmup_ms", help="warm-up in ms")
-    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
+    p.add_argument("--warmup", type=finite_float(ge=0, unit="ms"), default=200.0,
+                   dest="warmup_ms", help="warm-up in ms")
+    p.add_argument("--threads", type=non_negative_int, default=None,
+                   help="ONNX Runtime intra-op threads")
     p.add_argument("--fresh", action="store_true", help="re-export and rebuild everything")
     p.set_defaults(func=run)
 

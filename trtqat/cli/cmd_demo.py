@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-
-def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+from trtqat.cli.validate import (
+    finite_float,
+    int_list,
+    non_negative_int,
+    positive_int,
+    writable_dir,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,18 +25,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="resnet18", help="torchvision classification model")
     p.add_argument("--data", default="digits", help="digits, synthetic or an ImageFolder path")
-    p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=15, help="FP32 training epochs")
-    p.add_argument("--calib-batches", type=int, default=8, help="batches per PTQ calibration")
-    p.add_argument("--runs", default="runs/demo", help="folder of the training run folders")
-    p.add_argument("--export-dir", default="export", help="where the ONNX variants go")
-    p.add_argument("--out", default="engines", help="where engines and the report go")
+    p.add_argument("--image-size", type=positive_int, default=32)
+    p.add_argument("--epochs", type=positive_int, default=15, help="FP32 training epochs")
+    p.add_argument("--calib-batches", type=positive_int, default=8,
+                   help="batches per PTQ calibration")
+    p.add_argument("--runs", default="runs/demo", type=writable_dir,
+                   help="folder of the training run folders")
+    p.add_argument("--export-dir", default="export", type=writable_dir,
+                   help="where the ONNX variants go")
+    p.add_argument("--out", default="engines", type=writable_dir,
+                   help="where engines and the report go")
     p.add_argument("--backend", default="ort", help="ort or tensorrt")
-    p.add_argument("--batch-sizes", type=_sizes, default=(1, 32),
+    p.add_argument("--batch-sizes", type=int_list, default=(1, 32),
                    help="latency at the first, throughput at the last")
-    p.add_argument("--duration", type=float, default=1.0, dest="duration_s",
+    p.add_argument("--duration", type=finite_float(gt=0, unit="seconds"), default=1.0,
+                   dest="duration_s",
                    help="seconds of measurement per variant and batch size")
-    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
+    p.add_argument("--threads", type=non_negative_int, default=None,
+                   help="ONNX Runtime intra-op threads")
+    p.add_argument("--device", default="auto",
+                   help="where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
+                   "(engines: --backend tensorrt on a GPU)")
     p.add_argument("--fresh", action="store_true", help="redo every stage")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bars")

@@ -15,6 +15,7 @@ from trtqat.cli.cmd_train import (
     formatter,
     report,
 )
+from trtqat.cli.validate import int_range, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,11 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="glob patterns of layers kept in float during fine-tuning (added to "
                    "the checkpoint's own), e.g. 'conv1,fc'; see `trtqat sensitivity`")
     g = p.add_argument_group("schedule")
-    g.add_argument("--epochs", type=int, default=None,
+    g.add_argument("--epochs", type=positive_int, default=None,
                    help="QAT epochs (default: 10%% of the FP32 epochs, at least 1)")
-    g.add_argument("--max-steps", type=int, default=None,
+    g.add_argument("--max-steps", type=positive_int, default=None,
                    help="encoders: stop after this many optimizer steps")
-    g.add_argument("--max-length", type=int, default=None,
+    g.add_argument("--max-length", type=int_range(2), default=None,
                    help="encoders: tokens per sentence (default: the calibration's)")
     add_optim_args(p, inherit=True)
     add_data_args(p, inherit=True)

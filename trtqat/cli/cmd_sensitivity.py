@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from trtqat.cli.cmd_train import fill, formatter
+from trtqat.cli.cmd_train import fill, formatter, image_size_arg
+from trtqat.cli.validate import non_negative_int, positive_int, writable_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,19 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="one-on: only that layer quantized; one-off: all but that layer")
     p.add_argument("--metric", choices=["top1", "loss", "output-mse"], default="top1",
                    help="ranking metric (ties broken by loss, then output MSE)")
-    p.add_argument("--batches", type=int, default=None, metavar="N",
+    p.add_argument("--batches", type=positive_int, default=None, metavar="N",
                    help="validation batches to use (default: the whole split)")
-    p.add_argument("--batch-size", "-b", type=int, default=None,
+    p.add_argument("--batch-size", "-b", type=positive_int, default=None,
                    help="images per batch (default: the checkpoint's)")
     p.add_argument("--data", default=None, metavar="digits|synthetic|PATH",
                    help="validation data (default: the checkpoint's)")
-    p.add_argument("--image-size", type=int, default=None, metavar="PX",
+    p.add_argument("--image-size", type=image_size_arg, default=None, metavar="N|HxW",
                    help="input resolution (default: the checkpoint's)")
-    p.add_argument("--suggest", type=int, default=0, metavar="K",
+    p.add_argument("--suggest", type=non_negative_int, default=0, metavar="K",
                    help="pick the K top-ranked layers to leave in float, evaluate that model "
                    "and print the commands that apply it")
-    p.add_argument("--top", type=int, default=10, help="layers shown in the table")
-    p.add_argument("--out", "-o", default=None, metavar="DIR",
+    p.add_argument("--top", type=positive_int, default=10, help="layers shown in the table")
+    p.add_argument("--out", "-o", default=None, metavar="DIR", type=writable_dir,
                    help="output folder (default: <checkpoint folder>/sensitivity)")
     p.add_argument("--no-cache", dest="cache", action="store_false",
                    help="full forward passes instead of re-running only what is downstream "

@@ -15,19 +15,18 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from trtqat.cli.exec_feed import make_feed
+from trtqat.cli.parsing import dry_run_line, dry_run_requested
+from trtqat.cli.validate import OneLineParser, check_engine_outputs, writable_file
 from trtqat.errors import TrtqatError
 
 PROG = "trtqat-exec"
 _UNITS = {"": 1 << 20, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+_Parser = OneLineParser  # argparse with one-line errors
 
 
 def parse_mem_pools(text: str) -> dict[str, int]:
@@ -59,8 +58,10 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``trtqat-exec`` and ``trtqat build`` (trtexec spellings)."""
-    parser.add_argument("--backend", default="ort", help="ort (ONNX Runtime, default) or tensorrt")
-    for flag, text in (("--shapes", "shapes to run with (and min=opt=max when building)"),
+    parser.add_argument("--backend", default=None,
+                        help="ort (ONNX Runtime, the default for --onnx) or tensorrt; "
+                        "--loadEngine takes it from the file")
+    for flag, text in (("--shapes", "run shapes (alone, also min=opt=max when building)"),
                        ("--minShapes", "profile minimum shapes"), ("--optShapes", "profile "
                        "optimum shapes"), ("--maxShapes", "profile maximum shapes")):
         parser.add_argument(flag, metavar="name:1x3x224x224,...", help=text)
@@ -73,9 +74,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--builderOptimizationLevel", type=int, metavar="N", help="0..5")
     parser.add_argument("--timingCacheFile", metavar="FILE", help="TensorRT timing cache")
     parser.add_argument("--threads", type=int, metavar="N", help="ONNX Runtime intra-op threads")
-    parser.add_argument("--providers", default="cpu", metavar="cpu|cuda|tensorrt,...",
+    parser.add_argument("--providers", metavar="cpu|cuda|tensorrt,...",
                         help="ONNX Runtime execution providers (default cpu)")
-    parser.add_argument("--ortPrepare", metavar="STEP", default="auto",
+    parser.add_argument("--profilingVerbosity", metavar="layer_names_only|detailed|none",
+                        help="layer information kept in the engine (default layer_names_only)")
+    parser.add_argument("--ortPrepare", metavar="STEP",
                         help="ONNX transform before ORT: auto (default: re-encode TensorRT-style "
                         "Q/DQ for integer CPU kernels when the CPU provider runs it), qdq, none")
     parser.add_argument("--calibInputs", metavar="FILE.npz", default=None,
@@ -84,6 +87,16 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
                         "re-encoding and check the engine agrees with the ONNX (top-1 >= "
                         "99%%, or mean cosine >= 0.99 for embedding outputs)")
     parser.add_argument("--verbose", action="store_true", help="verbose logging")
+
+
+# trtexec's deprecated spellings of --profilingVerbosity
+_VERBOSITY_ALIASES = {"default": "layer_names_only", "verbose": "detailed"}
+
+
+def profiling_verbosity(args: argparse.Namespace) -> str | None:
+    """--profilingVerbosity with trtexec's old spellings mapped (None when not given)."""
+    given = args.profilingVerbosity
+    return _VERBOSITY_ALIASES.get(given, given) if given else None
 
 
 def build_options_from_args(args: argparse.Namespace) -> Any:
@@ -101,8 +114,9 @@ def build_options_from_args(args: argparse.Namespace) -> Any:
         memory_pools=parse_mem_pools(args.memPoolSize) if args.memPoolSize else {},
         builder_optimization_level=args.builderOptimizationLevel,
         timing_cache=args.timingCacheFile, threads=args.threads,
-        providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),
-        ort_prepare=args.ortPrepare, verbose=args.verbose,
+        providers=tuple(p.strip() for p in (args.providers or "cpu").split(",") if p.strip()),
+        ort_prepare=args.ortPrepare or "auto", verbose=args.verbose,
+        profiling_verbosity=profiling_verbosity(args) or "layer_names_only",
         calib_feeds=load_calib_inputs(args.calibInputs) if args.calibInputs else None)
 
 
@@ -133,8 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     model = p.add_argument_group("model")
     model.add_argument("--onnx", metavar="FILE", help="build from this ONNX model")
     model.add_argument("--loadEngine", metavar="FILE", help="load a saved engine")
-    model.add_argument("--saveEngine", metavar="FILE", help="save the built engine")
+    model.add_argument("--saveEngine", metavar="FILE", type=writable_file,
+                       help="save the built engine")
     model.add_argument("--skipInference", action="store_true", help="build (and save) only")
+    model.add_argument("--dumpLayerInfo", action="store_true", help="print the engine's layers")
+    model.add_argument("--exportLayerInfo", metavar="FILE", help="the engine's layers as JSON")
     add_build_arguments(p)
     run = p.add_argument_group("inference")
     run.add_argument("--warmUp", type=float, default=200.0, metavar="MS", help="default 200")
@@ -150,7 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
                            const=False)
     transfers.add_argument("--includeDataTransfers", dest="transfers", action="store_const",
                            const=True)
-    run.add_argument("--exportTimes", metavar="FILE", help="per-query times as JSON")
+    run.add_argument("--loadInputs", metavar="name:file,...",
+                     help="input data: raw binary (as trtexec), .npy or .npz; others random")
+    run.add_argument("--useSpinWait", action="store_true",
+                     help="poll for query completion instead of blocking (TensorRT)")
+    run.add_argument("--infStreams", type=int, metavar="N",
+                     help="inference streams, each with its own context (TensorRT; default 1)")
+    run.add_argument("--device", type=int, metavar="N", help="CUDA device (default 0)")
+    run.add_argument("--exportTimes", metavar="FILE", type=writable_file,
+                     help="per-query times as JSON")
+    run.add_argument("--exportOutput", metavar="FILE", help="the outputs of one query as JSON")
+    run.add_argument("--exportProfile", metavar="FILE",
+                     help="per-layer profile as JSON (a separate profiled run)")
     run.add_argument("--separateProfileRun", action="store_true",
                      help="profile layers in a separate run after timing")
     run.add_argument("--dumpProfile", action="store_true", help="print the per-layer profile")
@@ -161,52 +189,6 @@ def _say(line: str = "") -> None:
     print(line, flush=True)
 
 
-# Fallback range of token-id inputs whose embedding table cannot be found (the tokenizers
-# of the BERT family have far more than 1000 ids).
-_SAFE_TOKEN_RANGE = 1000
-
-
-def _index_bounds(args: argparse.Namespace, engine: Any) -> dict[str, int]:
-    """Row counts of the embedding tables the integer inputs index (ONNX or ORT engine)."""
-    import onnx
-
-    from trtqat.engines.onnx_io import index_input_bounds
-
-    try:
-        if args.onnx:
-            model = onnx.load(args.onnx, load_external_data=False)
-        elif engine.backend == "ort":
-            model = onnx.load_from_string(engine.payload)
-        else:
-            return {}
-    except Exception:  # best effort: the fallback range applies
-        return {}
-    return index_input_bounds(model)
-
-
-def valid_integer_feed(feed: dict, bounds: dict[str, int], seed: int = 0) -> dict:
-    """Make random integer inputs valid for encoders: ``*mask*`` inputs all ones,
-    ``token_type``/``segment`` inputs zeros, other integer inputs (token ids) uniform in
-    ``[0, bound)`` (the embedding table's rows, else ``[0, 1000)``). Float and bool inputs
-    are kept."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = dict(feed)
-    for name, array in feed.items():
-        if array.dtype.kind not in "iu":
-            continue
-        low = name.lower()
-        if "mask" in low:
-            out[name] = np.ones_like(array)
-        elif "token_type" in low or "segment" in low:
-            out[name] = np.zeros_like(array)
-        else:
-            high = bounds.get(name, _SAFE_TOKEN_RANGE)
-            out[name] = rng.integers(0, max(1, high), size=array.shape).astype(array.dtype)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     """The trtexec flow: build or load, (save), time queries, print the summary."""
     from trtqat.engines import (
@@ -214,14 +196,19 @@ def run(args: argparse.Namespace) -> int:
         OptionsError,
         builder_class,
         canonical_backend,
-        engine_class,
-        parse_shapes,
-        random_feed,
+        load_engine,
     )
+    from trtqat.engines.fileformat import sidecar_path
 
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
-    backend = canonical_backend(args.backend)
+    check_engine_outputs(args, [("--saveEngine", "saveEngine"),
+                                ("--exportTimes", "exportTimes")])
+    if args.infStreams is not None and args.infStreams < 1:
+        raise OptionsError(f"--infStreams must be >= 1, got {args.infStreams}")
+    if args.device is not None and args.device < 0:
+        raise OptionsError(f"--device must be >= 0, got {args.device}")
+    backend = canonical_backend(args.backend) if args.backend else None
     options = build_options_from_args(args)
     settings = BenchmarkSettings(
         warmup_ms=args.warmUp, duration_s=args.duration, iterations=args.iterations,
@@ -229,26 +216,33 @@ def run(args: argparse.Namespace) -> int:
         data_transfers=args.transfers, cuda_graph=args.cuda_graph)
     start = time.perf_counter()
     if args.onnx:
+        backend = backend or "ort"
+        warn_ignored_flags(args, backend, loading=False)
         engine = builder_class(backend)(options).build(args.onnx)
         verb, source = "built", args.onnx
     else:
-        engine = engine_class(backend).load(args.loadEngine)
+        engine = load_engine(args.loadEngine, backend)
+        backend = engine.backend
+        warn_ignored_flags(args, backend, loading=True)
         verb, source = "loaded", args.loadEngine
     _say(f"Engine {verb} in {time.perf_counter() - start:.3f} s from {source} "
          f"({backend} {engine.header.get('backend_version')})")
-    feed = None
-    if not args.skipInference:  # check the run shapes before writing anything
-        feed = random_feed(engine.inputs, parse_shapes(args.shapes) if args.shapes else {})
-        if any(a.dtype.kind in "iu" for a in feed.values()):
-            feed = valid_integer_feed(feed, _index_bounds(args, engine))
+    # check the run shapes and input files before writing anything
+    feed = None if args.skipInference else make_feed(args, engine)
     if args.saveEngine:
-        _say(f"Engine saved to {engine.save(args.saveEngine)}")
+        saved = engine.save(args.saveEngine)
+        _say(f"Engine saved to {saved} (trtqat metadata in {sidecar_path(saved).name})")
+    _layer_info(args, engine)
     if feed is None:
         return 0
     for name, array in feed.items():
         _say(f"Input {name}: {array.dtype} {'x'.join(map(str, array.shape))}")
-    runner_kwargs = {"threads": args.threads} if backend == "ort" else {}
-    with engine.runner(**runner_kwargs) as runner:
+    kwargs: dict[str, Any] = {"device": args.device or 0}
+    if backend == "ort":
+        kwargs["threads"] = args.threads
+    else:
+        kwargs.update(spin_wait=args.useSpinWait, streams=args.infStreams or 1)
+    with engine.runner(**kwargs) as runner:
         _say("Starting inference")
         result = runner.benchmark(feed, settings)
         _say(f"Data transfers {'included' if result.data_transfers else 'excluded'}, CUDA graph "
@@ -262,11 +256,48 @@ def run(args: argparse.Namespace) -> int:
                 _say(line)
         for line in result.summary_lines():
             _say(line)
-        if args.exportTimes:
-            _say(f"Times exported to {result.export_times(args.exportTimes)}")
-        if args.separateProfileRun or args.dumpProfile:
-            _print_profile(runner.profile_layers(feed, settings.iterations), settings.iterations)
+        _reports(args, runner, result, feed, settings.iterations)
     return 0
+
+
+def warn_ignored_flags(args: argparse.Namespace, backend: str, loading: bool) -> None:
+    """Log one warning per given flag that ``backend`` ignores."""
+    from trtqat.cli.exec_notes import ignored_flag_notes
+
+    for note in ignored_flag_notes(args, backend, loading):
+        logging.getLogger("trtqat.exec").warning(note)
+
+
+def _layer_info(args: argparse.Namespace, engine: Any) -> None:
+    from trtqat.engines.trtexec_io import export_layer_info, layer_info_lines
+
+    if not (args.dumpLayerInfo or args.exportLayerInfo):
+        return
+    info = engine.layer_info(profiling_verbosity(args))
+    if args.dumpLayerInfo:
+        _say("=== Layer Information ===")
+        for line in layer_info_lines(info):
+            _say(line)
+    if args.exportLayerInfo:
+        _say(f"Layer information exported to {export_layer_info(info, args.exportLayerInfo)}")
+
+
+def _reports(args: argparse.Namespace, runner: Any, result: Any, feed: dict,
+             iterations: int) -> None:
+    """--exportTimes, --exportOutput and the profile (--separateProfileRun, --dumpProfile,
+    --exportProfile), after the summary as in trtexec."""
+    from trtqat.engines.trtexec_io import export_outputs, export_profile
+
+    if args.exportTimes:
+        _say(f"Times exported to {result.export_times(args.exportTimes)}")
+    if args.exportOutput:
+        _say(f"Outputs exported to {export_outputs(runner.infer(feed), args.exportOutput)}")
+    if args.separateProfileRun or args.dumpProfile or args.exportProfile:
+        layers = runner.profile_layers(feed, iterations)
+        if args.separateProfileRun or args.dumpProfile:
+            _print_profile(layers, iterations)
+        if args.exportProfile:
+            _say(f"Profile exported to {export_profile(layers, iterations, args.exportProfile)}")
 
 
 def _print_profile(layers: dict[str, float], iterations: int) -> None:
@@ -281,6 +312,9 @@ def _print_profile(layers: dict[str, float], iterations: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trtqat-exec`` console script."""
     args = build_parser().parse_args(argv)
+    if dry_run_requested():
+        print(dry_run_line(PROG, sys.argv[1:] if argv is None else argv))
+        return 0
     # trtqat's own messages (precision notes, fallbacks) go to stderr as "[W] ..." lines
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname).1s] %(message)s"))

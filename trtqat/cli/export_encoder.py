@@ -79,6 +79,10 @@ def run_encoder(args, ckpt: dict[str, Any]) -> int:
             "export --variant fp32/fp16")
     out = check_writable(args.out)
     model, tokenizer = build_encoder_from_checkpoint(ckpt)
+    if any(v in INT8_VARIANTS for v in variants):
+        from trtqat.export.calibrated import refuse_uncalibrated
+
+        refuse_uncalibrated(model)  # before any file is written
     limit = _max_positions(model) or 512
     seq_len = getattr(args, "seq_len", None) or min(int(spec.get("max_length") or 128), limit)
     if not 2 <= seq_len <= limit:

@@ -234,9 +234,9 @@ def _label(v: dict[str, Any]) -> str:
 
 def plot_report(report: dict[str, Any], path: Path) -> None:
     """report.png: accuracy vs latency scatter and a throughput bar chart."""
-    import matplotlib
+    from trtqat.optional import require
 
-    matplotlib.use("Agg")
+    require("matplotlib", "report", "the report chart").use("Agg")
     import matplotlib.pyplot as plt
 
     metric = report["metric"]

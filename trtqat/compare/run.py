@@ -15,6 +15,7 @@ from trtqat.compare.report import VariantResult, build_report, format_table, wri
 from trtqat.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.compare.variants import CompareError, Variant, discover, explicit
 from trtqat.errors import TrtqatError
+from trtqat.finite import check_finite_arrays
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class CompareConfig:
     export_dir: str = "export"
     out: str = "engines"
     data: str | None = None
-    image_size: int | None = None
+    image_size: int | tuple[int, int] | None = None
     duration_s: float = 3.0
     warmup_ms: float = 200.0
     threads: int | None = None
@@ -64,10 +65,14 @@ class _Data:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _load_data(data: str, image_size: int, batch: int, calib_batches: int) -> _Data:
+def _load_data(data: str, image_size: int | tuple[int, int], batch: int, calib_batches: int,
+               preprocess: dict[str, Any] | None = None) -> _Data:
     from trtqat.train.data import make_loaders
+    from trtqat.train.data_sources import make_preprocess
 
-    train_loader, val_loader, num_classes = make_loaders(data, image_size, batch_size=batch)
+    prep = make_preprocess(image_size, recorded=preprocess)
+    train_loader, val_loader, num_classes = make_loaders(data, image_size, batch_size=batch,
+                                                         prep=prep)
     n_val = len(val_loader.dataset)
     if n_val < batch:
         raise CompareError(f"the validation split has {n_val} images, fewer than the largest "
@@ -133,6 +138,8 @@ def _accuracy(runner, data: _Data, input_name: str) -> dict[str, float]:
     k = min(5, data.num_classes)
     for x, y in data.val:
         logits = next(iter(runner.infer({input_name: x}).values())).astype(np.float32)
+        check_finite_arrays([("logits", logits)], "the engine's output", "not measured; "
+                            "export and build it from a finite checkpoint")
         top = np.argsort(-logits, axis=1)[:, :k]
         correct1 += int((top[:, 0] == y).sum())
         correct5 += int((top == y[:, None]).any(axis=1).sum())
@@ -260,7 +267,8 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
         image_size = cfg.image_size or settings.get("image_size")
         if not image_size:
             raise CompareError("cannot tell the image size: pass --image-size")
-        data = _load_data(data_name, int(image_size), max(cfg.batch_sizes), cfg.calib_batches)
+        data = _load_data(data_name, image_size, max(cfg.batch_sizes), cfg.calib_batches,
+                          settings.get("preprocess"))
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     Path(cfg.export_dir).mkdir(parents=True, exist_ok=True)
     results, timed = [], []

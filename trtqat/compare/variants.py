@@ -81,13 +81,22 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
             found.setdefault(v.name, v)
         spec, args = ckpt.get("model", {}), ckpt.get("args") or {}
         settings.setdefault("arch", spec.get("arch"))
-        settings.setdefault("data", args.get("data", "digits"))
+        if _labelled(args.get("data", "digits")):  # not a calibration-only folder/array
+            settings.setdefault("data", args.get("data", "digits"))
         settings.setdefault("image_size", spec.get("image_size") or args.get("image_size"))
         settings.setdefault("family", spec.get("family", "cnn"))
+        if spec.get("preprocess"):
+            settings.setdefault("preprocess", spec["preprocess"])
     if not found:
         raise CompareError(f"{root} holds no checkpoints (best.pt): run `trtqat train`, "
                            "`calibrate` and `qat` into its sub-folders first, or pass --onnx files")
     return sorted(found.values(), key=Variant.sort_key), settings
+
+
+def _labelled(data: str) -> bool:
+    from trtqat.train.data_sources import data_kind
+
+    return data_kind(str(data)) not in ("flat", "array")
 
 
 def explicit(paths: list[str]) -> list[Variant]:

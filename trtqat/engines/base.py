@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 
 from trtqat.engines.errors import EngineFileError, InputError, RunnerStateError, ShapeError
-from trtqat.engines.fileformat import read_engine_file, write_engine_file
+from trtqat.engines.fileformat import EngineFile, read_engine_files, write_engine_files
 from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
 from trtqat.engines.specs import BuildOptions, Shape, TensorSpec, format_shape, resolve_profile
 
@@ -60,32 +61,47 @@ class Engine(ABC):
                          f"{', '.join(s.name for s in self.inputs)}")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the engine file atomically (a temporary file renamed into place)."""
-        return write_engine_file(path, self.header, self.payload)
+        """Write the plain engine (the backend's bytes, unchanged) and its ``.json`` sidecar,
+        each atomically; returns the engine's path."""
+        return write_engine_files(path, self.header, self.payload)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Engine:
-        """Load an engine file of this backend; another backend's or version's file is refused."""
-        header, payload = read_engine_file(path)
+        """Load an engine file of this backend, with or without its sidecar; another
+        backend's or version's file, and foreign or damaged files, are refused."""
+        return cls.from_file(read_engine_files(path))
+
+    @classmethod
+    def from_file(cls, found: EngineFile) -> Engine:
+        """An engine from what :func:`read_engine_files` found."""
+        path, header = found.path, found.header
         if header is None:
-            return cls._load_raw(Path(path), payload)
+            return cls._load_plain(path, found.payload, found.kind)
         backend = header.get("backend")
         if backend != cls.backend:
             raise EngineFileError(f"{path} is a '{backend}' engine, not '{cls.backend}'; run it "
                                   f"with --backend={backend} (or backend='{backend}')")
-        cls._check_version(Path(path), header)
-        return cls(payload, header)
+        cls._check_version(path, header)
+        return cls(found.payload, header)
 
     @classmethod
-    def _load_raw(cls, path: Path, data: bytes) -> Engine:
-        hint = " (it is an ONNX model: pass it with --onnx)" if _looks_like_onnx(data) else ""
-        raise EngineFileError(f"{path} is not a trtqat engine file{hint}; build one with "
-                              f"'trtqat build --backend {cls.backend}'")
+    @abstractmethod
+    def _load_plain(cls, path: Path, data: bytes, kind: str) -> Engine:
+        """An engine from a file without trtqat metadata (kind: onnx or plan)."""
 
     @classmethod
     @abstractmethod
     def _check_version(cls, path: Path, header: Mapping[str, Any]) -> None:
         """Raise EngineFileError when the file was built by an incompatible backend version."""
+
+    def layer_info(self, verbosity: str | None = None) -> dict[str, Any]:
+        """trtexec's layer information, ``{"Layers": [...], "Bindings": [...]}``: layer names,
+        or one object per layer at ``detailed`` verbosity (a TensorRT engine keeps the
+        verbosity it was built with; ONNX Runtime takes ``verbosity`` when given)."""
+        return self._layer_info_impl(verbosity or self.build_options.profiling_verbosity)
+
+    def _layer_info_impl(self, verbosity: str) -> dict[str, Any]:
+        raise InputError(f"the {self.backend} backend gives no layer information")
 
     def runner(self, **kwargs: Any) -> Runner:
         """A new (inactive) runner for this engine; use it as a context manager."""
@@ -97,14 +113,6 @@ class Engine(ABC):
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.inputs)
         return f"<{type(self).__name__} {self.header.get('backend_version', '')} inputs: {ins}>"
-
-
-def _looks_like_onnx(data: bytes) -> bool:
-    try:
-        model = onnx.load_from_string(data)
-    except Exception:  # any parse failure means "not ONNX"
-        return False
-    return model.ir_version > 0 and len(model.graph.node) > 0
 
 
 class Builder(ABC):
@@ -141,6 +149,7 @@ class Builder(ABC):
         return {
             "backend": self.backend, "backend_version": backend_version,
             "trtqat_version": __version__, "source": str(path),
+            "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "inputs": [s.to_json() for s in inputs], "outputs": [s.to_json() for s in outputs],
             "build_options": self.options.to_json(),
@@ -159,10 +168,15 @@ class Runner(ABC):
     default_cuda_graph: ClassVar[bool] = False
     # True where the run call returns only after compute (no asynchronous enqueue).
     synchronous: ClassVar[bool] = False
+    # What the summary calls compute time: "GPU Compute Time", "CPU Compute Time", ...
+    compute_label: ClassVar[str] = "GPU"
+    # Queries in flight while timing (trtexec keeps two enqueued per stream on TensorRT).
+    inflight_depth: ClassVar[int] = 1
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._active = False
+        self._done: list[QueryTimes] = []
 
     @property
     def is_active(self) -> bool:
@@ -253,6 +267,14 @@ class Runner(ABC):
     @abstractmethod
     def _query_impl(self, data_transfers: bool) -> QueryTimes:
         """One query; times in ms on ``time.perf_counter() * 1000``'s clock."""
+
+    def _submit_impl(self, data_transfers: bool) -> None:
+        """Enqueue one query (pipelined timing); default: run it now with ``_query_impl``."""
+        self._done.append(self._query_impl(data_transfers))
+
+    def _collect_impl(self) -> QueryTimes:
+        """Wait for the oldest submitted query and return its times."""
+        return self._done.pop(0)
 
     def _bench_teardown_impl(self) -> None:
         """Undo ``_bench_setup_impl`` (default: nothing)."""

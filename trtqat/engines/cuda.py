@@ -87,6 +87,18 @@ class CudaApi(ABC):
     def event_synchronize(self, event: Any) -> None: ...
 
     @abstractmethod
+    def event_query(self, event: Any) -> bool:
+        """True once the work before ``event`` is done (no blocking)."""
+
+    def wait_event(self, event: Any, spin: bool = False) -> None:
+        """Block until ``event`` completes; ``spin`` polls instead (trtexec --useSpinWait)."""
+        if not spin:
+            self.event_synchronize(event)
+            return
+        while not self.event_query(event):
+            pass
+
+    @abstractmethod
     def elapsed_ms(self, start: Any, end: Any) -> float: ...
 
     @abstractmethod
@@ -110,6 +122,10 @@ class CudaApi(ABC):
     def clear_error(self) -> None:
         return None
 
+    def select_device(self) -> None:
+        """Make ``self.device`` current (called once by :func:`load_cuda`)."""
+        return None
+
     def close(self) -> None:
         return None
 
@@ -120,8 +136,13 @@ class CudaPython(CudaApi):
     name = "cuda-python"
     supports_graphs = True
 
-    def __init__(self, rt: Any) -> None:
+    def __init__(self, rt: Any, device: int = 0) -> None:
         self.rt = rt
+        self.device = device
+
+    def select_device(self) -> None:
+        """``cudaSetDevice`` (trtexec --device)."""
+        self._check("cudaSetDevice", self.rt.cudaSetDevice(self.device))
 
     def _check(self, call: str, result: Any) -> Any:
         err, *values = result if isinstance(result, tuple) else (result,)
@@ -181,6 +202,13 @@ class CudaPython(CudaApi):
     def event_synchronize(self, event: Any) -> None:
         self._check("cudaEventSynchronize", self.rt.cudaEventSynchronize(event))
 
+    def event_query(self, event: Any) -> bool:
+        (err,) = self.rt.cudaEventQuery(event)
+        if err == self.rt.cudaError_t.cudaErrorNotReady:
+            return False
+        self._check("cudaEventQuery", (err,))
+        return True
+
     def elapsed_ms(self, start: Any, end: Any) -> float:
         return float(self._check("cudaEventElapsedTime", self.rt.cudaEventElapsedTime(start, end)))
 
@@ -215,8 +243,9 @@ class Pycuda(CudaApi):
 
     name = "pycuda"
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: Any, device: int = 0) -> None:
         self.drv = driver
+        self.device = device
         self._keep: dict[int, Any] = {}
         self._ctx = None
         try:
@@ -224,9 +253,11 @@ class Pycuda(CudaApi):
             self._count = int(driver.Device.count())
         except Exception:  # pycuda raises its own error types when there is no driver
             self._count = 0
-        if self._count:
-            self._ctx = driver.Device(0).retain_primary_context()
-            self._ctx.push()
+
+    def select_device(self) -> None:
+        """Push the primary context of device ``self.device``."""
+        self._ctx = self.drv.Device(self.device).retain_primary_context()
+        self._ctx.push()
 
     def device_count(self) -> int:
         return self._count
@@ -275,6 +306,9 @@ class Pycuda(CudaApi):
     def event_synchronize(self, event: Any) -> None:
         event.synchronize()
 
+    def event_query(self, event: Any) -> bool:
+        return bool(event.query())
+
     def elapsed_ms(self, start: Any, end: Any) -> float:
         return float(end.time_since(start))
 
@@ -287,22 +321,28 @@ class Pycuda(CudaApi):
             self._ctx = None
 
 
-def load_cuda(prefer: str | None = None) -> CudaApi:
-    """cuda-python if installed, else pycuda; a missing library or GPU is a user error."""
+def load_cuda(prefer: str | None = None, device: int = 0) -> CudaApi:
+    """cuda-python if installed, else pycuda, on CUDA device ``device`` (trtexec --device);
+    a missing library or GPU is a user error."""
     errors = []
     for name in ([prefer] if prefer else ["cuda-python", "pycuda"]):
         try:
             if name == "cuda-python":
-                api: CudaApi = CudaPython(importlib.import_module("cuda.bindings.runtime"))
+                api: CudaApi = CudaPython(importlib.import_module("cuda.bindings.runtime"), device)
             else:
-                api = Pycuda(importlib.import_module("pycuda.driver"))
+                api = Pycuda(importlib.import_module("pycuda.driver"), device)
         except ImportError as exc:
             errors.append(f"{name}: {exc}")
             continue
-        if api.device_count() < 1:
+        count = api.device_count()
+        if count < 1:
             raise CudaError(f"no CUDA device found (via {api.name}); the tensorrt backend needs an "
                             "NVIDIA GPU and driver: use --backend=ort on this machine")
-        log.debug("CUDA through %s", api.name)
+        if not 0 <= device < count:
+            raise CudaError(f"--device={device}: this machine has {count} CUDA device(s); use "
+                            f"--device=0..{count - 1}")
+        api.select_device()
+        log.debug("CUDA through %s on device %d", api.name, device)
         return api
     raise BackendUnavailableError(f"neither cuda-python nor pycuda can be imported "
                                   f"({'; '.join(errors)}); {INSTALL_HINT}")

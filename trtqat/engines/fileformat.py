@@ -1,25 +1,40 @@
-"""The engine file: one JSON header line plus the backend's bytes, written atomically.
+"""Engine files: a plain payload plus a ``<engine>.json`` sidecar, written atomically.
 
-Layout: ``TRTQAT-ENGINE\\n`` + header JSON (one line) + ``\\n`` + payload. The header names
-the backend and its version, the inputs/outputs and the build options, and carries the
-payload's size and SHA-256 so that a truncated or corrupted file is refused on load.
+The engine file holds exactly the backend's bytes: a TensorRT plan as ``IHostMemory``
+returned it (``trtexec --loadEngine``, Triton and Polygraphy load it), or ONNX Runtime's
+optimised ``.onnx`` model. trtqat's metadata (backend and versions, source ONNX hash,
+inputs/outputs, build options, the payload's size and SHA-256) goes beside it in
+``<engine>.json``. Reading detects the kind from the content (ONNX protobuf or not), so files
+without a sidecar load too.
+
+Files of the old container layout (``TRTQAT-ENGINE\\n`` + header JSON line + payload) are
+still read, with a deprecation note.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import onnx
 
 from trtqat.atomic import write_atomic
 from trtqat.engines.errors import EngineFileError
 
-MAGIC = b"TRTQAT-ENGINE\n"
+log = logging.getLogger(__name__)
+
+MAGIC = b"TRTQAT-ENGINE\n"  # the deprecated container layout
 FORMAT_VERSION = 1
+SIDECAR_FORMAT = "trtqat-engine-sidecar"
+SIDECAR_VERSION = 1
 _MAX_HEADER = 16 << 20
+KIND_ONNX, KIND_PLAN = "onnx", "plan"
 
 
 def atomic_write(path: str | os.PathLike[str], chunks: bytes | Iterable[bytes]) -> Path:
@@ -34,27 +49,98 @@ def atomic_write(path: str | os.PathLike[str], chunks: bytes | Iterable[bytes]) 
     return write_atomic(path, write)
 
 
-def write_engine_file(path: str | os.PathLike[str], header: dict[str, Any],
-                      payload: bytes) -> Path:
-    """Save ``header`` + ``payload`` as an engine file (atomically)."""
-    full = dict(header, format=FORMAT_VERSION, payload_size=len(payload),
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """``engines/m.engine`` -> ``engines/m.engine.json``."""
+    p = Path(path)
+    return p.with_name(p.name + ".json")
+
+
+def looks_like_onnx(data: bytes) -> bool:
+    """True when ``data`` parses as an ONNX model with an IR version and graph nodes."""
+    try:
+        model = onnx.load_from_string(data)
+    except Exception:  # any parse failure means "not ONNX"
+        return False
+    return model.ir_version > 0 and len(model.graph.node) > 0
+
+
+@dataclass
+class EngineFile:
+    """What :func:`read_engine_files` found: payload, metadata (or None) and content kind."""
+
+    path: Path
+    payload: bytes
+    header: dict[str, Any] | None
+    kind: str  # KIND_ONNX or KIND_PLAN (not ONNX: a TensorRT plan, if anything)
+    legacy: bool = False
+
+
+def write_engine_files(path: str | os.PathLike[str], header: dict[str, Any],
+                       payload: bytes) -> Path:
+    """Write ``payload`` unchanged to ``path`` and ``header`` to ``<path>.json`` (atomically)."""
+    payload = bytes(payload)
+    target = atomic_write(path, payload)
+    meta = {k: v for k, v in header.items() if k not in ("sidecar", "format", "payload_size",
+                                                          "payload_sha256")}
+    meta.update(format=SIDECAR_FORMAT, format_version=SIDECAR_VERSION,
+                engine_file=target.name, payload_size=len(payload),
                 payload_sha256=hashlib.sha256(payload).hexdigest())
-    line = json.dumps(full, separators=(",", ":"), sort_keys=True).encode()
-    return atomic_write(path, [MAGIC, line, b"\n", payload])
+    atomic_write(sidecar_path(target), json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n")
+    return target
 
 
-def read_engine_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, bytes]:
-    """Read an engine file: ``(header, payload)``, or ``(None, raw bytes)`` without our header.
+def _read_sidecar(path: Path, payload: bytes) -> dict[str, Any] | None:
+    side = sidecar_path(path)
+    if not side.is_file():
+        return None
+    try:
+        header = json.loads(side.read_text())
+        if not isinstance(header, dict) or header.get("format") != SIDECAR_FORMAT:
+            raise ValueError("not a trtqat sidecar")
+    except (ValueError, UnicodeDecodeError):
+        # another tool's JSON (or a damaged one): the engine itself is still checked by content
+        log.warning("%s is not a trtqat engine sidecar (damaged, or another tool's file); "
+                    "loading %s without trtqat's metadata", side, path)
+        return None
+    fix = f"rebuild the engine, or delete {side} to load the file without trtqat's metadata"
+    if (len(payload) != header.get("payload_size")
+            or hashlib.sha256(payload).hexdigest() != header.get("payload_sha256")):
+        raise EngineFileError(f"{path} does not match its sidecar {side.name} (truncated, "
+                              f"corrupted or replaced by another tool); {fix}")
+    return header
 
-    Raises EngineFileError for a missing file or a damaged/truncated trtqat engine file.
+
+def read_engine_files(path: str | os.PathLike[str]) -> EngineFile:
+    """Read an engine file (plain, with or without sidecar, or the deprecated container).
+
+    Raises EngineFileError for a missing, empty or damaged file, or a sidecar that does not
+    match its engine.
     """
     p = Path(path)
+    if p.is_dir():
+        raise EngineFileError(f"{p} is a folder, not an engine file; give the engine file "
+                              "itself, e.g. --loadEngine=engines/model.engine")
     if not p.is_file():
         raise EngineFileError(f"engine file {p} does not exist; build one with "
                               f"'trtqat build --onnx MODEL.onnx --out {p}'")
     data = p.read_bytes()
-    if not data.startswith(MAGIC):
-        return None, data
+    if not data:
+        raise EngineFileError(f"engine file {p} is empty; rebuild it with 'trtqat build'")
+    if data.startswith(MAGIC):
+        header, payload = _read_container(p, data)
+        log.warning("%s uses trtqat's old container layout (deprecated: only trtqat can read "
+                    "it); re-save it as a plain engine with 'trtqat-exec --loadEngine=%s "
+                    "--saveEngine=NEW --skipInference'", p, p)
+        kind = KIND_ONNX if header.get("backend") == "ort" else KIND_PLAN
+        return EngineFile(p, payload, header, kind, legacy=True)
+    if data[:64].lstrip()[:1] in (b"{", b"["):
+        raise EngineFileError(f"{p} is a JSON file, not an engine; pass the engine file itself "
+                              "(the sidecar is found beside it)")
+    kind = KIND_ONNX if looks_like_onnx(data) else KIND_PLAN
+    return EngineFile(p, data, _read_sidecar(p, data), kind)
+
+
+def _read_container(p: Path, data: bytes) -> tuple[dict[str, Any], bytes]:
     end = data.find(b"\n", len(MAGIC), len(MAGIC) + _MAX_HEADER)
     try:
         if end < 0:
@@ -75,3 +161,12 @@ def read_engine_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | Non
     if hashlib.sha256(payload).hexdigest() != header.get("payload_sha256"):
         raise EngineFileError(f"engine file {p} is corrupted (checksum mismatch); rebuild it")
     return header, payload
+
+
+def write_container_file(path: str | os.PathLike[str], header: dict[str, Any],
+                         payload: bytes) -> Path:
+    """The deprecated container layout; kept only so tests can make old files."""
+    full = dict(header, format=FORMAT_VERSION, payload_size=len(payload),
+                payload_sha256=hashlib.sha256(payload).hexdigest())
+    line = json.dumps(full, separators=(",", ":"), sort_keys=True).encode()
+    return atomic_write(path, [MAGIC, line, b"\n", payload])

@@ -10,11 +10,14 @@ import onnx
 
 from trtqat.engines.errors import ModelFileError
 from trtqat.engines.specs import TensorSpec
+from trtqat.finite import check_finite_arrays, onnx_initializers
 
 
 def read_onnx_bytes(path: str | os.PathLike[str]) -> bytes:
     """The raw bytes of an ONNX file, or ModelFileError when it is missing or empty."""
     p = Path(path)
+    if p.is_dir():
+        raise ModelFileError(f"{p} is a folder, not an ONNX file; give the .onnx file itself")
     if not p.is_file():
         raise ModelFileError(f"ONNX file {p} does not exist; export one with 'trtqat export'")
     data = p.read_bytes()
@@ -42,6 +45,8 @@ def load_onnx(path: str | os.PathLike[str]) -> onnx.ModelProto:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelFileError(f"{p} is not a valid ONNX model ({first}); "
                              "export it again with 'trtqat export'") from None
+    check_finite_arrays(onnx_initializers(model), f"ONNX model {p}",
+                        "no engine built; export it from a finite checkpoint")
     return model
 
 

@@ -1,4 +1,4 @@
-"""ONNX Runtime backend: the engine is ORT's optimised model plus a header.
+"""ONNX Runtime backend: the engine is ORT's optimised model (a plain ``.onnx``) plus a sidecar.
 
 Building runs the ONNX through an optional ``prepare_model`` step (e.g. the Q/DQ
 re-encoding of ``trtqat.engines.ort_qdq``), then lets ORT optimise it (level ALL) and
@@ -24,7 +24,8 @@ import onnx
 
 from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
-from trtqat.engines.onnx_io import onnx_output_specs
+from trtqat.engines.fileformat import KIND_ONNX
+from trtqat.engines.onnx_io import onnx_input_specs, onnx_output_specs
 from trtqat.engines.specs import PROVIDERS, BuildOptions, TensorSpec, precision_note
 from trtqat.engines.timing import QueryTimes
 
@@ -75,8 +76,9 @@ def import_ort() -> Any:
     try:
         import onnxruntime
     except ImportError:
-        raise BackendUnavailableError("onnxruntime is not installed; pip install onnxruntime "
-                                      "(or onnxruntime-gpu)") from None
+        raise BackendUnavailableError("onnxruntime is not installed; pip install 'trtqat[ort]' "
+                                      "(or 'trtqat[ort-gpu]' for the CUDA and TensorRT "
+                                      "providers)") from None
     return onnxruntime
 
 
@@ -84,7 +86,8 @@ def _major(version: str) -> str:
     return str(version).split(".")[0]
 
 
-def _providers(ort: Any, options: BuildOptions) -> list[tuple[str, dict[str, str]]]:
+def _providers(ort: Any, options: BuildOptions,
+               device: int = 0) -> list[tuple[str, dict[str, str]]]:
     available = ort.get_available_providers()
     out = []
     for short in options.providers:
@@ -93,7 +96,7 @@ def _providers(ort: Any, options: BuildOptions) -> list[tuple[str, dict[str, str
             raise BackendUnavailableError(
                 f"ONNX Runtime provider {name} is not available (this onnxruntime has "
                 f"{', '.join(available)}); install onnxruntime-gpu or use --providers=cpu")
-        opts: dict[str, str] = {}
+        opts: dict[str, str] = {"device_id": str(device)} if short != "cpu" else {}
         if short == "cuda" and options.cuda_graph:
             opts["enable_cuda_graph"] = "1"
         if short == "tensorrt":
@@ -164,6 +167,31 @@ class OrtEngine(Engine):
             raise EngineFileError(f"{path} was optimised on {machine}, this is "
                                   f"{platform.machine()}; rebuild it here with 'trtqat build'")
 
+    @classmethod
+    def _load_plain(cls, path: Path, data: bytes, kind: str) -> OrtEngine:
+        """A plain ONNX model (e.g. a saved engine whose sidecar is gone): CPU provider."""
+        if kind != KIND_ONNX:
+            raise EngineFileError(f"{path} is not an ONNX model; if it is a TensorRT plan, load "
+                                  "it with --backend=tensorrt (backend='tensorrt')")
+        model = onnx.load_from_string(data)
+        header = {"backend_version": import_ort().__version__, "source": str(path),
+                  "inputs": [s.to_json() for s in onnx_input_specs(model)],
+                  "outputs": [s.to_json() for s in onnx_output_specs(model)],
+                  "build_options": {}, "sidecar": False}
+        return cls(data, header)
+
+    def _layer_info_impl(self, verbosity: str) -> dict[str, Any]:
+        """The optimised model's nodes as trtexec's layer information."""
+        nodes = onnx.load_from_string(self.payload).graph.node
+        names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)]
+        layers: list[Any] = [] if verbosity == "none" else names
+        if verbosity == "detailed":
+            layers = [{"Name": name, "LayerType": n.op_type,
+                       "Inputs": [{"Name": t} for t in n.input if t],
+                       "Outputs": [{"Name": t} for t in n.output if t]}
+                      for name, n in zip(names, nodes)]
+        return {"Layers": layers, "Bindings": [s.name for s in self.inputs + self.outputs]}
+
     def _runner_impl(self, **kwargs: Any) -> OrtRunner:
         return OrtRunner(self, **kwargs)
 
@@ -204,9 +232,13 @@ class OrtRunner(Runner):
 
     synchronous = True
 
-    def __init__(self, engine: OrtEngine, threads: int | None = None) -> None:
+    def __init__(self, engine: OrtEngine, threads: int | None = None, device: int = 0) -> None:
         super().__init__(engine)
         self.threads = threads
+        self.device = device  # CUDA device of the cuda/tensorrt providers (trtexec --device)
+        # compute is timed on the host clock: on the CPU, or around a GPU provider's run
+        self.compute_label = ("CPU" if tuple(engine.build_options.providers) == ("cpu",)
+                              else "Host")
         self.session: Any = None
         self.graph_in_use = False
 
@@ -216,8 +248,8 @@ class OrtRunner(Runner):
         so = _session_options(ort, options, self.threads)
         for key, value in so_attrs.items():
             setattr(so, key, value)
-        return _create_session(ort, self.engine.payload, so, _providers(ort, options),
-                               "the engine")
+        return _create_session(ort, self.engine.payload, so,
+                               _providers(ort, options, self.device), "the engine")
 
     def _activate_impl(self) -> None:
         self.session = self._new_session()

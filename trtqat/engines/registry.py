@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import Any
 
 from trtqat.engines.base import Builder, Engine
 from trtqat.engines.errors import EngineFileError, OptionsError
-from trtqat.engines.fileformat import read_engine_file
+from trtqat.engines.fileformat import KIND_ONNX, read_engine_files
 from trtqat.engines.specs import BuildOptions
 
 # name -> (module, builder class, engine class)
@@ -55,17 +54,17 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str = "ort",
 
 
 def load_engine(path: str | os.PathLike[str], backend: str | None = None) -> Engine:
-    """Load an engine file; ``backend=None`` takes it from the file's header.
+    """Load an engine file; ``backend=None`` takes it from the sidecar, else the content.
 
-    A raw TensorRT plan (from trtexec --saveEngine) needs ``backend='tensorrt'``.
+    A plain ONNX model loads as an ONNX Runtime engine; any other file is taken for a
+    TensorRT plan (which needs TensorRT to check and run).
     """
-    if backend is not None:
-        return engine_class(backend).load(path)
-    header, _ = read_engine_file(path)
-    if header is None:
-        raise EngineFileError(f"{Path(path)} has no trtqat header; if it is a TensorRT plan, "
-                              "load it with backend='tensorrt' (--backend=tensorrt)")
-    name = str(header.get("backend"))
-    if name not in BACKENDS:
-        raise EngineFileError(f"{path} names an unknown backend '{name}'; rebuild it")
-    return engine_class(name).load(path)
+    found = read_engine_files(path)
+    if backend is None:
+        if found.header is not None:
+            backend = str(found.header.get("backend"))
+            if backend not in BACKENDS:
+                raise EngineFileError(f"{path} names an unknown backend '{backend}'; rebuild it")
+        else:
+            backend = "ort" if found.kind == KIND_ONNX else "tensorrt"
+    return engine_class(backend).from_file(found)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -16,6 +18,7 @@ Shape = tuple[int, ...]
 DeclaredShape = tuple[int | None, ...]
 
 MEMORY_POOLS = ("workspace", "tacticSharedMem")
+PROFILING_VERBOSITY = ("layer_names_only", "detailed", "none")  # trtexec --profilingVerbosity
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
              "tensorrt": "TensorrtExecutionProvider"}
 
@@ -23,6 +26,26 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
 def format_shape(shape: Sequence[int | None]) -> str:
     """``(1, 3, None)`` -> ``'1x3x?'`` (trtexec's spelling)."""
     return "x".join("?" if d is None or d < 0 else str(d) for d in shape) or "scalar"
+
+
+def total_memory() -> int:
+    """Bytes of physical memory of this machine (a large number if unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 50
+
+
+def check_shape_memory(name: str, shape: Shape, flag: str, itemsize: int = 4) -> None:
+    """Refuse a shape whose tensor (``itemsize`` bytes per element, float32 by default)
+    would not fit in this machine's memory, before anything is allocated."""
+    nbytes = math.prod(shape) * itemsize
+    limit = total_memory()
+    if nbytes > limit:
+        raise ShapeError(f"{flag}: input '{name}' {format_shape(shape)} needs "
+                         f"{nbytes / 2**30:.3g} GiB at {itemsize} bytes per element, more than "
+                         f"this machine's {limit / 2**30:.3g} GiB of memory; use a smaller "
+                         "batch or image size")
 
 
 def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
@@ -39,8 +62,11 @@ def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
         except ValueError:
             raise ShapeError(f"{flag}: '{dims}' for input '{name}' is not like "
                              "1x3x224x224") from None
-        if any(d < 0 for d in shape):
-            raise ShapeError(f"{flag}: negative dimension in '{item}'; dimensions are >= 0")
+        if any(d < 1 for d in shape):
+            kind = "a negative" if min(shape) < 0 else "a zero"
+            raise ShapeError(f"{flag}: {kind} dimension in '{item}'; every dimension must be "
+                             f">= 1, e.g. {flag}={name}:1x3x224x224")
+        check_shape_memory(name, shape, flag)
         if name in shapes:
             raise ShapeError(f"{flag}: input '{name}' is given twice; give each input once")
         shapes[name] = shape
@@ -138,7 +164,7 @@ def resolve_profile(inputs: Sequence[TensorSpec], options: BuildOptions, *,
                 out.append(spec)
                 continue
         lo, hi = min_shapes.get(spec.name, opt), max_shapes.get(spec.name, opt)
-        labels = (("--shapes",) * 3 if spec.name in options.shapes
+        labels = (("--shapes",) * 3 if options.profiled_by_shapes(spec.name)
                   else ("min shape", "opt shape", "max shape"))
         for what, shape in zip(labels, (lo, opt, hi)):
             _check_dims(spec.name, spec.shape, shape, what)
@@ -153,7 +179,8 @@ def resolve_profile(inputs: Sequence[TensorSpec], options: BuildOptions, *,
 class BuildOptions:
     """How to build an engine; every field is checked on construction.
 
-    ``shapes`` sets min = opt = max (trtexec's --shapes when building). Precision flags
+    ``shapes`` sets min = opt = max (trtexec's --shapes when building) for inputs that
+    min/opt/max do not name; with them it is only the run shape. Precision flags
     (``fp16``, ``int8``, ``best``) only exist in TensorRT 10; elsewhere precision comes
     from the ONNX (``trtqat export --variant fp16|int8|int8-fp16``).
     """
@@ -176,6 +203,7 @@ class BuildOptions:
     # CPU provider alone runs them; "qdq" always; None or "none" never.
     ort_prepare: str | None = "auto"
     verbose: bool = False
+    profiling_verbosity: str = "layer_names_only"
     # Inputs (name -> array dicts) that calibrate what a prepare step adds and check the
     # built engine agrees with the ONNX (classifiers: top-1 agreement >= min_top1;
     # embeddings: mean cosine >= min_cosine). Not stored in the engine file.
@@ -190,12 +218,9 @@ class BuildOptions:
             for name, shape in given.items():
                 if not all(isinstance(d, int) and d >= 0 for d in shape):
                     raise OptionsError(f"{flag}: shape {shape!r} of '{name}' must be ints >= 0")
-        if self.shapes and (self.min_shapes or self.opt_shapes or self.max_shapes):
-            clash = set(self.shapes) & (set(self.min_shapes) | set(self.opt_shapes)
-                                        | set(self.max_shapes))
-            if clash:
-                raise OptionsError(f"input '{sorted(clash)[0]}' is in --shapes and in "
-                                   "--min/opt/maxShapes; give one or the other")
+        if self.profiling_verbosity not in PROFILING_VERBOSITY:
+            raise OptionsError(f"--profilingVerbosity must be one of "
+                               f"{', '.join(PROFILING_VERBOSITY)}, got {self.profiling_verbosity!r}")
         for pool, size in self.memory_pools.items():
             if pool not in MEMORY_POOLS:
                 raise OptionsError(f"--memPoolSize: unknown pool '{pool}'; use one of "
@@ -221,11 +246,18 @@ class BuildOptions:
             raise OptionsError(f"unknown ONNX Runtime provider {unknown[0] if unknown else ''!r}; "
                                f"use {', '.join(PROVIDERS)}")
 
+    def profiled_by_shapes(self, name: str) -> bool:
+        """True when ``--shapes`` sets the profile of ``name`` (it is in no min/opt/max)."""
+        return name in self.shapes and not any(
+            name in given for given in (self.min_shapes, self.opt_shapes, self.max_shapes))
+
     def profile_shapes(self) -> tuple[dict[str, Shape], dict[str, Shape], dict[str, Shape]]:
-        """(min, opt, max) with ``shapes`` merged in."""
+        """(min, opt, max) with ``shapes`` merged in where min/opt/max do not name the input
+        (trtexec: with --minShapes/--optShapes/--maxShapes, --shapes is the run shape only)."""
         lo, opt, hi = dict(self.min_shapes), dict(self.opt_shapes), dict(self.max_shapes)
         for name, shape in self.shapes.items():
-            lo[name] = opt[name] = hi[name] = tuple(shape)
+            if self.profiled_by_shapes(name):
+                lo[name] = opt[name] = hi[name] = tuple(shape)
         return lo, opt, hi
 
     def with_changes(self, **changes: Any) -> BuildOptions:

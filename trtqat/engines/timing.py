@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 ENQUEUE_BOUND_RATIO = 0.8
 UNSTABLE_COV_PERCENT = 2.5
+# What the summary advises for unstable timings. It names only flags that trtqat-exec
+# accepts (tests/faults checks every flag named in this module against its parser);
+# trtexec's own text also suggests its spin-wait flag: name it here once trtqat-exec has it.
+# What the summary advises when compute time is unstable; every flag named here is one
+# trtqat-exec accepts (a test checks).
+UNSTABLE_ADVICE = "  If not already in use, {hint} may improve the stability."
+UNSTABLE_HINTS = {"GPU": "locking GPU clock frequency or adding --useSpinWait",
+                  "other": "fixing --threads or running on an otherwise idle machine"}
 
 
 @dataclass(frozen=True)
@@ -159,25 +167,47 @@ class Stats:
 
 def measure(query: Callable[[], QueryTimes], settings: BenchmarkSettings,
             clock: Callable[[], float] = time.perf_counter) -> tuple[list[QueryTimes], int]:
-    """Run queries until ``iterations`` are counted and warm-up + duration has passed.
+    """Run queries one at a time until ``iterations`` are counted and warm-up + duration has
+    passed (see :func:`measure_pipelined`)."""
+    done: list[QueryTimes] = []
+    return measure_pipelined(lambda: done.append(query()), lambda: done.pop(), 1, settings,
+                             clock)
 
-    Returns the counted queries (times in ms from the start of the run) and the number of
-    warm-up queries discarded (those that started inside the warm-up window).
+
+def measure_pipelined(submit: Callable[[], None], collect: Callable[[], QueryTimes], depth: int,
+                      settings: BenchmarkSettings,
+                      clock: Callable[[], float] = time.perf_counter
+                      ) -> tuple[list[QueryTimes], int]:
+    """trtexec's loop with ``depth`` queries in flight: ``submit()`` enqueues one query,
+    ``collect()`` waits for the oldest and returns its times.
+
+    Runs until ``iterations`` queries are counted and ``warm-up + duration`` has passed, then
+    collects what is still in flight. Returns the counted queries (times in ms from the start
+    of the run) and the number of warm-up queries discarded (those that started inside the
+    warm-up window).
     """
+    if depth < 1:
+        raise OptionsError(f"in-flight depth must be >= 1, got {depth}")
     origin = clock() * 1000.0
     warm_end = origin + settings.warmup_ms
     stop_at = warm_end + settings.duration_s * 1000.0
     counted: list[QueryTimes] = []
-    warmups = 0
-    while True:
-        times = query()
+    warmups = in_flight = 0
+    stopping = False
+    while not stopping or in_flight:
+        while not stopping and in_flight < depth:
+            submit()
+            in_flight += 1
+        times = collect()
+        in_flight -= 1
         start = min(times.enq_start, times.h2d_start, times.compute_start)
         if start >= warm_end:
             counted.append(times.shifted(origin))
         else:
             warmups += 1
         if len(counted) >= settings.iterations and clock() * 1000.0 >= stop_at:
-            return counted, warmups
+            stopping = True
+    return counted, warmups
 
 
 @dataclass
@@ -193,6 +223,9 @@ class BenchmarkResult:
     # A synchronous backend (ONNX Runtime) computes inside the enqueue call, so its enqueue
     # time always contains the compute time and trtexec's enqueue-bound check cannot apply.
     synchronous: bool = False
+    # Where compute is timed: "GPU" (TensorRT's CUDA events), "CPU" or "Host" (ONNX Runtime's
+    # host clock around a synchronous run, on the CPU or another provider).
+    compute_label: str = "GPU"
 
     def _values(self, attr: str) -> list[float]:
         return [getattr(q, attr) for q in self.queries]
@@ -203,13 +236,15 @@ class BenchmarkResult:
 
     @property
     def walltime_ms(self) -> float:
-        """From the first counted query's start to the last one's end."""
+        """From the first counted query's start to the last one's end (the earliest start and
+        latest end: with several inference streams queries overlap)."""
         if not self.queries:
             return 0.0
-        first, last = self.queries[0], self.queries[-1]
-        start = first.h2d_start if self.data_transfers else first.compute_start
-        end = last.d2h_end if self.data_transfers else last.compute_end
-        return end - start
+        if self.data_transfers:
+            return (max(q.d2h_end for q in self.queries)
+                    - min(q.h2d_start for q in self.queries))
+        return (max(q.compute_end for q in self.queries)
+                - min(q.compute_start for q in self.queries))
 
     @property
     def throughput_qps(self) -> float:
@@ -220,24 +255,24 @@ class BenchmarkResult:
         """trtexec's warnings after the summary (enqueue-bound, transfer-bound, unstable)."""
         enq, h2d = self.stats("enqueue_ms"), self.stats("h2d_ms")
         gpu, d2h = self.stats("compute_ms"), self.stats("d2h_ms")
-        out = []
+        out, dev = [], self.compute_label
         if not self.synchronous and enq.median > ENQUEUE_BOUND_RATIO * gpu.median:
-            out += ["* Throughput may be bound by Enqueue Time rather than GPU Compute and the "
-                    "GPU may be under-utilized.",
+            out += [f"* Throughput may be bound by Enqueue Time rather than {dev} Compute and the "
+                    f"{dev} may be under-utilized.",
                     "  If not already in use, --useCudaGraph (utilize CUDA graphs where possible) "
                     "may increase the throughput."]
         if h2d.median >= gpu.median:
             out += ["* Throughput may be bound by host-to-device transfers for the inputs rather "
-                    "than GPU Compute and the GPU may be under-utilized.",
+                    f"than {dev} Compute and the {dev} may be under-utilized.",
                     "  Add --noDataTransfers flag to disable data transfers."]
         if d2h.median >= gpu.median:
             out += ["* Throughput may be bound by device-to-host transfers for the outputs rather "
-                    "than GPU Compute and the GPU may be under-utilized.",
+                    f"than {dev} Compute and the {dev} may be under-utilized.",
                     "  Add --noDataTransfers flag to disable data transfers."]
         if gpu.cov > UNSTABLE_COV_PERCENT:
-            out += [f"* GPU compute time is unstable, with coefficient of variance = {gpu.cov:g}%.",
-                    "  If not already in use, locking GPU clock frequency or adding --useSpinWait "
-                    "may improve the stability."]
+            hint = UNSTABLE_HINTS["GPU" if dev == "GPU" else "other"]
+            out += [f"* {dev} compute time is unstable, with coefficient of variance = "
+                    f"{gpu.cov:g}%.", UNSTABLE_ADVICE.format(hint=hint)]
         return out
 
     def summary_lines(self) -> list[str]:
@@ -249,10 +284,10 @@ class BenchmarkResult:
             f"Latency: {self.stats('latency_ms').line()}",
             f"Enqueue Time: {self.stats('enqueue_ms').line()}",
             f"H2D Latency: {self.stats('h2d_ms').line()}",
-            f"GPU Compute Time: {self.stats('compute_ms').line()}",
+            f"{self.compute_label} Compute Time: {self.stats('compute_ms').line()}",
             f"D2H Latency: {self.stats('d2h_ms').line()}",
             f"Total Host Walltime: {self.walltime_ms / 1000.0:g} s",
-            f"Total GPU Compute Time: {total_compute_s:g} s",
+            f"Total {self.compute_label} Compute Time: {total_compute_s:g} s",
             *self.warnings(),
         ]
 
@@ -300,13 +335,16 @@ def run_benchmark(runner: Runner, feed: dict[str, np.ndarray],
     graph = runner.default_cuda_graph if settings.cuda_graph is None else settings.cuda_graph
     runner._bench_setup_impl(feed, transfers, graph)
     try:
-        queries, warmups = measure(lambda: runner._query_impl(transfers), settings)
+        queries, warmups = measure_pipelined(lambda: runner._submit_impl(transfers),
+                                             runner._collect_impl, runner.inflight_depth,
+                                             settings)
         used_graph = bool(getattr(runner, "graph_in_use", graph))
     finally:
         runner._bench_teardown_impl()
     return BenchmarkResult(queries, settings, warmups, data_transfers=transfers,
                            cuda_graph=used_graph,
                            synchronous=bool(getattr(runner, "synchronous", False)),
+                           compute_label=runner.compute_label,
                            config={"backend": runner.engine.backend,
                                    "backend_version": runner.engine.header.get("backend_version"),
                                    "shapes": {k: list(v.shape) for k, v in feed.items()}})

@@ -11,6 +11,7 @@ builder objects, ``cuda_engine`` an ICudaEngine and ``context`` an IExecutionCon
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ from trtqat.engines.errors import (
     EngineBuildError,
     EngineFileError,
 )
-from trtqat.engines.fileformat import atomic_write
+from trtqat.engines.fileformat import KIND_ONNX, atomic_write
 from trtqat.engines.onnx_io import read_onnx_bytes
 from trtqat.engines.specs import BuildOptions, TensorSpec, precision_note
 
@@ -102,7 +103,7 @@ def deserialize(trt: Any, plan: bytes, verbose: bool = False) -> Any:
 
 
 class TrtEngine(Engine):
-    """A serialized TensorRT plan plus the trtqat header."""
+    """A serialized TensorRT plan (saved as a plain plan) plus trtqat's metadata."""
 
     backend = "tensorrt"
 
@@ -127,24 +128,36 @@ class TrtEngine(Engine):
                                   "them: rebuild it from the ONNX with 'trtqat build'")
 
     @classmethod
-    def _load_raw(cls, path: Path, data: bytes) -> Engine:
-        """A plain plan file (e.g. from ``trtexec --saveEngine``): read its IO from the engine."""
-        from trtqat.engines.base import _looks_like_onnx
-
-        if _looks_like_onnx(data):
-            raise EngineFileError(f"{path} is an ONNX model, not an engine: pass it with --onnx")
-        trt = import_tensorrt()
+    def _load_plain(cls, path: Path, data: bytes, kind: str) -> Engine:
+        """A plain plan (from ``trtexec --saveEngine`` or a sidecar-less trtqat build): its
+        inputs, outputs and profile come from the deserialized engine."""
+        if kind == KIND_ONNX:
+            raise EngineFileError(f"{path} is an ONNX model, not a TensorRT plan: build an "
+                                  f"engine from it with --onnx={path} --backend=tensorrt")
+        try:
+            trt = import_tensorrt()
+        except BackendUnavailableError:
+            raise BackendUnavailableError(
+                f"{path} is not an ONNX model and has no trtqat sidecar; reading it as a "
+                f"TensorRT plan needs TensorRT: {INSTALL_HINT} (needs an NVIDIA GPU)") from None
         try:
             cuda_engine = deserialize(trt, data)
         except EngineFileError:
-            raise EngineFileError(f"{path} is neither a trtqat engine file nor a TensorRT "
-                                  f"{trt.__version__} plan; rebuild it with 'trtqat build'"
-                                  ) from None
+            raise EngineFileError(f"{path} is neither an ONNX model nor a TensorRT "
+                                  f"{trt.__version__} plan (foreign, damaged, or built by "
+                                  "another TensorRT); rebuild it with 'trtqat build'") from None
         inputs, outputs = engine_io_specs(trt, cuda_engine)
         header = {"backend_version": str(trt.__version__), "source": str(path),
                   "inputs": [s.to_json() for s in inputs],
-                  "outputs": [s.to_json() for s in outputs], "build_options": {}}
+                  "outputs": [s.to_json() for s in outputs], "build_options": {},
+                  "sidecar": False}
         return cls(data, header, cuda_engine)
+
+    def _layer_info_impl(self, verbosity: str) -> dict[str, Any]:
+        """The engine inspector's JSON (the verbosity is the one the plan was built with)."""
+        trt = import_tensorrt()
+        inspector = self.cuda_engine().create_engine_inspector()
+        return json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
 
     def _runner_impl(self, **kwargs: Any) -> Runner:
         from trtqat.engines.trt_runner import TrtRunner
@@ -177,6 +190,10 @@ class TrtBuilder(Builder):
             config.set_memory_pool_limit(pools[pool], size)
         if options.builder_optimization_level is not None:
             config.builder_optimization_level = options.builder_optimization_level
+        config.profiling_verbosity = {"layer_names_only": trt.ProfilingVerbosity.LAYER_NAMES_ONLY,
+                                      "detailed": trt.ProfilingVerbosity.DETAILED,
+                                      "none": trt.ProfilingVerbosity.NONE,
+                                      }[options.profiling_verbosity]
         self._set_precision(trt, config)
         cache = self._attach_timing_cache(config)
         self._add_profile(trt, builder, network, config, inputs)

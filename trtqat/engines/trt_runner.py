@@ -2,6 +2,8 @@
 
 A query is H2D copies -> ``execute_async_v3`` (or a CUDA graph launch) -> D2H copies on one
 stream, timed with CUDA events; enqueue time is host wall-clock around the enqueue call.
+As in trtexec, two queries are in flight while timing: query i+1 is enqueued before the
+host waits for query i.
 CUDA graphs are captured the way trtexec does it and fall back to plain enqueue (with a
 warning) when capture fails.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from trtqat.engines.base import Runner
 from trtqat.engines.cuda import CudaApi, HostBuffer, load_cuda
-from trtqat.engines.errors import CudaError, EngineError, ShapeError
+from trtqat.engines.errors import CudaError, EngineError, OptionsError, ShapeError
 from trtqat.engines.specs import format_shape
 from trtqat.engines.timing import QueryTimes
 from trtqat.engines.trt import TrtEngine, import_tensorrt, numpy_dtype, trt_major
@@ -48,9 +50,25 @@ class _Binding:
 class TrtRunner(Runner):
     """Runs a :class:`TrtEngine` through cuda-python (or pycuda)."""
 
-    def __init__(self, engine: TrtEngine, cuda: CudaApi | None = None) -> None:
+    # trtexec's default: two enqueues in flight per stream (the host enqueues query i+1
+    # while the GPU runs query i).
+    DEPTH_PER_STREAM = 2
+
+    def __init__(self, engine: TrtEngine, cuda: CudaApi | None = None, device: int = 0,
+                 spin_wait: bool = False, streams: int = 1) -> None:
         super().__init__(engine)
+        if not isinstance(streams, int) or streams < 1:
+            raise OptionsError(f"--infStreams must be an int >= 1, got {streams!r}")
         self._cuda_arg = cuda
+        self.device = device
+        self.spin_wait = spin_wait  # trtexec --useSpinWait: poll events instead of blocking
+        # trtexec --infStreams: each stream has its own execution context and buffers
+        self.streams = streams
+        self.inflight_depth = self.DEPTH_PER_STREAM * streams
+        self._lanes: list[TrtRunner] = [self]
+        self._order: deque[TrtRunner] = deque()
+        self._turn = 0
+        self._pending: deque[tuple[list[Any], float, float]] = deque()
         self.graph_in_use = False
         trt = import_tensorrt()
         # trtexec's defaults: TensorRT 11 uses graphs and leaves transfers out, 10.x the reverse
@@ -61,7 +79,7 @@ class TrtRunner(Runner):
     # ---- activation ------------------------------------------------------------------
     def _activate_impl(self) -> None:
         trt = import_tensorrt()
-        self.cuda = self._cuda_arg or load_cuda()
+        self.cuda = self._cuda_arg or load_cuda(device=self.device)
         self.trt_engine = self.engine.cuda_engine()
         self.context = self.trt_engine.create_execution_context()
         if self.context is None:
@@ -74,7 +92,8 @@ class TrtRunner(Runner):
             is_input = self.trt_engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
             dtype = numpy_dtype(trt, self.trt_engine.get_tensor_dtype(name))
             self.bindings[name] = _Binding(name, is_input, dtype)
-        self.events = [self.cuda.create_event() for _ in range(5)]
+        # events[0]: the timing base; then 4 per in-flight slot (start, H2D end, compute end, end)
+        self.events = [self.cuda.create_event() for _ in range(1 + 4 * self.DEPTH_PER_STREAM)]
         self._graph = self._graph_exec = None
 
     def _deactivate_impl(self) -> None:
@@ -204,19 +223,47 @@ class TrtRunner(Runner):
     # ---- timing ----------------------------------------------------------------------
     def _bench_setup_impl(self, feed: dict[str, np.ndarray], data_transfers: bool,
                           cuda_graph: bool) -> None:
+        self._lanes, self._order, self._turn = [self], deque(), 0
+        try:
+            for _ in range(self.streams - 1):  # --infStreams: one more runner per stream
+                lane = TrtRunner(self.engine, cuda=self.cuda, spin_wait=self.spin_wait)
+                self._lanes.append(lane.activate())
+            for lane in self._lanes:
+                lane._setup_lane(feed, cuda_graph)
+        except BaseException:
+            self._bench_teardown_impl()
+            raise
+        self.graph_in_use = all(lane.graph_in_use for lane in self._lanes)
+
+    def _setup_lane(self, feed: dict[str, np.ndarray], cuda_graph: bool) -> None:
         self._set_shapes(feed)
         self._stage(feed)
         self._copy_in()  # device inputs are valid even when queries skip transfers
         self.cuda.synchronize(self.stream)
         if cuda_graph:
             self.capture_graph()
-        base = self.events[4]
+        base = self.events[0]
         self.cuda.record(base, self.stream)
         self.cuda.event_synchronize(base)
         self._base_ms = time.perf_counter() * 1000.0
+        self._slots = [self.events[1 + 4 * i:5 + 4 * i] for i in range(self.DEPTH_PER_STREAM)]
+        self._next_slot = 0
+        self._pending.clear()
 
-    def _query_impl(self, data_transfers: bool) -> QueryTimes:
-        cuda, ev = self.cuda, self.events
+    def _submit_impl(self, data_transfers: bool) -> None:
+        """Enqueue one query on the next stream, round robin, without waiting for it."""
+        lane = self._lanes[self._turn % len(self._lanes)]
+        self._turn += 1
+        lane._submit_one(data_transfers)
+        self._order.append(lane)
+
+    def _collect_impl(self) -> QueryTimes:
+        """Wait for the oldest query in flight (on whichever stream) and return its times."""
+        return self._order.popleft()._collect_one()
+
+    def _submit_one(self, data_transfers: bool) -> None:
+        cuda, ev = self.cuda, self._slots[self._next_slot]
+        self._next_slot = (self._next_slot + 1) % len(self._slots)
         cuda.record(ev[0], self.stream)
         if data_transfers:
             self._copy_in()
@@ -228,12 +275,27 @@ class TrtRunner(Runner):
         if data_transfers:
             self._copy_out()
         cuda.record(ev[3], self.stream)
-        cuda.event_synchronize(ev[3])
-        t0, t1, t2, t3 = (self._base_ms + cuda.elapsed_ms(ev[4], e) for e in ev[:4])
+        self._pending.append((ev, enq_start, enq_end))
+
+    def _collect_one(self) -> QueryTimes:
+        ev, enq_start, enq_end = self._pending.popleft()
+        self.cuda.wait_event(ev[3], self.spin_wait)
+        t0, t1, t2, t3 = (self._base_ms + self.cuda.elapsed_ms(self.events[0], e) for e in ev)
         return QueryTimes(enq_start, enq_end, t0, t1, t1, t2, t2, t3)
 
+    def _query_impl(self, data_transfers: bool) -> QueryTimes:
+        self._submit_one(data_transfers)
+        return self._collect_one()
+
     def _bench_teardown_impl(self) -> None:
-        self._drop_graph()
+        lanes, self._lanes, self._order = self._lanes, [self], deque()
+        for lane in lanes:
+            if lane._pending:  # an error mid-run: let the stream finish before buffers change
+                lane.cuda.synchronize(lane.stream)
+                lane._pending.clear()
+            lane._drop_graph()
+            if lane is not self:
+                lane.deactivate()
 
     def _profile_impl(self, feed: dict[str, np.ndarray], iterations: int) -> dict[str, float]:
         trt = import_tensorrt()

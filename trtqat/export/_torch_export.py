@@ -124,6 +124,21 @@ def _export_failure(model: nn.Module, exc: Exception) -> ExportError:
                        "(run with --log-level DEBUG for the exporter's log)")
 
 
+IMAGE_AXES = {"batch": 0, "height": 2, "width": 3}  # of an (N, C, H, W) input
+
+
+def image_dynamic_shapes(axes: Sequence[str], n_inputs: int = 1) -> tuple[dict, ...]:
+    """``dynamic_shapes`` making ``axes`` (of batch, height, width) of each image input
+    dynamic; an unknown name is an :class:`ExportError`."""
+    unknown = [a for a in axes if a not in IMAGE_AXES]
+    if unknown:
+        raise ExportError(f"--dynamic {','.join(axes)}: unknown axis {unknown[0]!r}; use "
+                          f"{', '.join(IMAGE_AXES)}")
+    dims = {a: torch.export.Dim(a, min=1) if a == "batch" else torch.export.Dim(a, min=2)
+            for a in axes}
+    return tuple({IMAGE_AXES[a]: dims[a] for a in axes} for _ in range(n_inputs))
+
+
 def torch_to_onnx(model: nn.Module, args: Sequence[torch.Tensor], dynamic_batch: bool,
                   input_names: Sequence[str], output_names: Sequence[str],
                   dynamic_shapes: tuple[dict, ...] | None = None) -> onnx.ModelProto:

@@ -125,6 +125,9 @@ def lint_model(model: onnx.ModelProto | str | os.PathLike) -> LintReport:
             model = onnx.load(source)
         except Exception as exc:
             raise LintError(f"cannot read {source} as ONNX: {str(exc).splitlines()[0]}") from None
+        if model.ir_version <= 0 or not model.graph.node:  # empty bytes parse as an empty model
+            raise LintError(f"{source} is empty or not an ONNX file (no graph): pass an .onnx "
+                            "written by `trtqat export`")
     return _Linter(model).run(source)
 
 

@@ -23,7 +23,13 @@ from torch import nn
 from trtqat.export import criterion as crit
 from trtqat.export import validate as val
 from trtqat.export._graph import GraphIndex, attr
-from trtqat.export._torch_export import EXPORT_OPSET, name_nodes, torch_to_onnx
+from trtqat.export._torch_export import (
+    EXPORT_OPSET,
+    image_dynamic_shapes,
+    name_nodes,
+    torch_to_onnx,
+)
+from trtqat.export.calibrated import refuse_uncalibrated
 from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
@@ -33,6 +39,7 @@ from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS, VARIANTS
 from trtqat.export.opset import convert_opset
 from trtqat.export.qdq_check import check_qdq_inventory
 from trtqat.export.result import ExportResult, check_writable, write_checked
+from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -48,6 +55,7 @@ def check_quantizers(model: nn.Module) -> int:
 
     Returns the number of active quantizers.
     """
+    refuse_uncalibrated(model)
     active = [(n, q) for n, q in quantizers(model) if not q.disabled and q._if_quant]
     if not active:
         raise ExportError("the model has no active quantizer, so there is nothing to export "
@@ -125,7 +133,7 @@ def quantize_weights(model: onnx.ModelProto, min_codes: dict[str, int] | None = 
 
     The codes are computed once, as the PyTorch quantizer does (round half to even, clipped
     to [min, 127]: min is the quantizer's own, from ``min_codes`` by quantizer name, else
-    the narrow range's -127); the file holds 1 byte per weight, and TensorRT reads DQ on
+    -128 as the QuantizeLinear being replaced saturates); the file holds 1 byte per weight, and TensorRT reads DQ on
     int8 constants as quantized weights. Returns the number of weights converted.
     """
     graph = model.graph
@@ -143,7 +151,7 @@ def quantize_weights(model: onnx.ModelProto, min_codes: dict[str, int] | None = 
             shape = [1] * w.ndim
             shape[attr(node, "axis", 1) % w.ndim] = -1
             scale = scale.reshape(shape)
-        low = (min_codes or {}).get(node.name.split("/")[0], -127)
+        low = (min_codes or {}).get(node.name.split("/")[0], -128)
         codes = np.clip(np.rint(w / scale.astype(np.float32)), low, 127).astype(np.int8)
         name = f"{node.input[0]}_int8"
         graph.initializer.append(numpy_helper.from_array(codes, name))
@@ -220,9 +228,18 @@ class Exporter:
     """
 
     def __init__(self, model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
-                 fold_bn: bool = True, validation_data: Iterable | None = None) -> None:
+                 fold_bn: bool = True, validation_data: Iterable | None = None,
+                 dynamic_axes: Iterable[str] | None = None) -> None:
+        # quantizer ranges are checked per INT8 variant (check_quantizers, with a fix)
+        check_finite_arrays(((n, t) for n, t in model_tensors(model) if "_quantizer" not in n),
+                            "the model to export", "no file written; export a checkpoint "
+                            "trained with a lower --lr")
         self.model = model
         self.inputs = _as_inputs(example_inputs)
+        # dynamic_axes (batch, height, width of image inputs) overrides dynamic_batch
+        self.dynamic_axes = (("batch",) if dynamic_batch else ()) if dynamic_axes is None \
+            else tuple(dynamic_axes)
+        dynamic_batch = "batch" in self.dynamic_axes
         self.dynamic_batch = dynamic_batch
         self.fold_bn = fold_bn
         if dynamic_batch and self.inputs[0].shape[0] == 1:
@@ -259,7 +276,9 @@ class Exporter:
             sample = traced(*self.inputs)
         n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
         names = _io_names(len(self.inputs), n_out)
-        proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names)
+        shapes = (image_dynamic_shapes(self.dynamic_axes, len(self.inputs))
+                  if set(self.dynamic_axes) - {"batch"} else None)
+        proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names, shapes)
         name_nodes(proto.graph)
         return proto, traced
 
@@ -295,7 +314,8 @@ class Exporter:
             model.metadata_props.append(onnx.StringStringEntryProto(
                 key="trtqat.skip_layers", value=",".join(self.skip_layers)))
         result = ExportResult(path, variant, opset, self.dynamic_batch,
-                              notes=list(self.notes) if int8 else [])
+                              notes=list(self.notes) if int8 else [],
+                              dynamic_axes=self.dynamic_axes)
         check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
         return write_checked(model, result, check)
 
@@ -328,7 +348,8 @@ class Exporter:
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 variant: str = "int8", opset: int = 17, dynamic_batch: bool = True, *,
                 io_dtype: str = "float32", fold_bn: bool = True, validate: bool = True,
-                validation_data: Iterable | None = None) -> ExportResult:
+                validation_data: Iterable | None = None,
+                dynamic_axes: Iterable[str] | None = None) -> ExportResult:
     """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16) to ``path``.
 
     ``example_inputs``: a tensor or tuple of tensors (their batch size is the fixed batch
@@ -337,18 +358,22 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
     ``validate`` is False the file is checked against PyTorch on the example inputs and on
     ``validation_data`` (an iterable of batches or ``(inputs, labels)``), plus the Q/DQ lint
     for INT8; a failure raises :class:`ValidationError` and keeps no file.
+    ``dynamic_axes`` (of ``batch``, ``height``, ``width``) replaces ``dynamic_batch`` for
+    image inputs, e.g. ``("batch", "height", "width")``.
     Returns the :class:`ExportResult` (path, opset, every check).
     """
     exporter = Exporter(model, example_inputs, dynamic_batch=dynamic_batch, fold_bn=fold_bn,
-                        validation_data=validation_data)
+                        validation_data=validation_data, dynamic_axes=dynamic_axes)
     return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate)
 
 
-def make_example_inputs(image_size: int, batch: int = 2, channels: int = 3,
+def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, channels: int = 3,
                         seed: int = 0) -> torch.Tensor:
-    """A reproducible random image batch ``(batch, channels, size, size)``."""
+    """A reproducible random image batch ``(batch, channels, height, width)`` (an int size
+    is square)."""
+    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, channels, image_size, image_size, generator=gen)
+    return torch.randn(batch, channels, h, w, generator=gen)
 
 
 __all__ = ["EXPORT_OPSET", "ExportResult", "Exporter", "check_quantizers", "check_writable",

@@ -11,6 +11,7 @@ from typing import Any
 
 import onnx
 
+from trtqat.atomic import publish, temp_path
 from trtqat.export import validate as val
 from trtqat.export.errors import ExportError, ValidationError
 from trtqat.export.lint import LintReport
@@ -27,6 +28,7 @@ class ExportResult:
     checks: list[val.Check] = field(default_factory=list)
     lint: LintReport | None = None
     notes: list[str] = field(default_factory=list)
+    dynamic_axes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -43,7 +45,8 @@ class ExportResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "variant": self.variant, "opset": int(self.opset),
-                "dynamic_batch": bool(self.dynamic_batch), "passed": bool(self.passed),
+                "dynamic_batch": bool(self.dynamic_batch),
+                "dynamic_axes": [str(a) for a in self.dynamic_axes], "passed": bool(self.passed),
                 "checks": [{"name": str(c.name), "passed": bool(c.passed),
                             "detail": str(c.detail)} for c in self.checks],
                 "lint": None if self.lint is None else self.lint.lines(),
@@ -58,8 +61,7 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
     lint to ``result``. Any failed check raises :class:`ValidationError` and keeps no file.
     """
     path = result.path
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = str(temp_path(path))
     try:
         onnx.save(model, tmp)
         onnx.checker.check_model(tmp, full_check=True)
@@ -75,7 +77,7 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
                 failed.append(f"lint ({result.lint.errors[0].line()})")
             raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
                                   result)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"{path.name} is not valid ONNX: "
                           f"{str(exc).splitlines()[0][:300]}") from None

@@ -49,8 +49,9 @@ def ort_session(path: str | os.PathLike, optimize: bool = False):
     dequantized values), so a comparison tests the file rather than ORT's own integer
     fusions, whose requantization rounds differently.
     """
-    import onnxruntime as ort
+    from trtqat.optional import require
 
+    ort = require("onnxruntime", "ort", "checking the exported ONNX")
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if not optimize:

@@ -40,4 +40,30 @@ def fake_quant_grad_input(
     return grad * ((q >= qmin) & (q <= qmax)).to(grad.dtype)
 
 
+
+def learnable_grad(
+    grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_amax)`` of fake quantization with a learned ``amax`` (LSQ-style).
+
+    ``grad_x`` is the straight-through gradient; ``d y / d amax`` is ``(round(q) - q) / qmax``
+    inside the range and ``qmin / qmax`` or ``qmax / qmax`` outside, summed over the
+    dimensions ``amax`` broadcasts along.
+    """
+    scale = scale_of(amax.detach(), qmax)
+    q = x.float() / scale
+    r = torch.round(q)
+    inside = (r >= qmin) & (r <= qmax)
+    g = grad.float()
+    grad_x = (g * inside).to(grad.dtype)
+    local = torch.where(inside, (r - q) / qmax, r.clamp(qmin, qmax) / qmax)
+    grad_amax = g * local
+    reduce_dims = [d for d in range(x.dim()) if amax.dim() != x.dim() or amax.shape[d] == 1]
+    if amax.dim() == 0:
+        grad_amax = grad_amax.sum()
+    else:
+        grad_amax = grad_amax.sum(dim=reduce_dims, keepdim=True).reshape(amax.shape)
+    return grad_x, grad_amax.to(amax.dtype)
+
+
 BACKEND = "pytorch"

@@ -1,96 +1,133 @@
-"""Picks the fastest available fake-quant kernels (compiled if built, else pure PyTorch).
+"""Picks the fastest available fake-quant kernels for each tensor.
 
-The compiled CPU kernels (``trtqat._C``, built from ``quant/csrc/fake_quant.cpp`` at install
-time) handle float32 CPU tensors quantized per tensor or per channel along one axis; they
-return None for anything else (other dtypes, CUDA, non-contiguous per-channel inputs,
-multi-axis amax), which then goes to the pure-PyTorch kernels of :mod:`._fused`. Both give
-bit-identical results.
+* CUDA tensors (float32/float16/bfloat16, any dense layout): the Triton kernels of
+  :mod:`.triton_kernels`, imported on the first CUDA tensor;
+* float32 CPU tensors: the compiled C++ kernel (``trtqat._C`` built at install time, or the
+  same source compiled once on first use into a per-user cache: :mod:`.kernel_loader`);
+* everything else (other dtypes, non-dense layouts, multi-axis amax, tracing under
+  ``torch.compile``): the pure-PyTorch kernels of :mod:`._fused`. All give bit-identical values.
 
-``BACKEND`` is ``"cpp"`` when the compiled kernels are in use, else ``"pytorch"``. Set the
-environment variable ``TRTQAT_KERNELS=pytorch`` before import, or call
-:func:`set_backend`, to force the pure-PyTorch path (e.g. to compare).
+When a fast kernel cannot be had, the first quantized forward on that device warns once,
+with the fix; :func:`kernel_report` (shown by ``trtqat --version``) says the same.
+
+``BACKEND`` names the CPU kernels in use (``"cpp"`` or ``"pytorch"``) and ``GPU_BACKEND`` the
+CUDA ones (``"triton"``, ``"pytorch"``, or None before the first CUDA tensor). Set the
+environment variable ``TRTQAT_KERNELS=pytorch`` before import, or call :func:`set_backend`,
+to force the pure-PyTorch path everywhere (e.g. to compare).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
-from trtqat.quant import _fused
+from trtqat.errors import QuantInputError
+from trtqat.quant import _fused, kernel_loader
 from trtqat.quant._fused import scale_of
 
-__all__ = ["BACKEND", "EXTENSION_ERROR", "available_backends", "empty_cache",
-           "fake_quant_forward", "fake_quant_grad_input", "pool_stats", "scale_of", "set_backend"]
+__all__ = ["BACKEND", "EXTENSION_ERROR", "GPU_BACKEND", "available_backends", "check_input",
+           "empty_cache", "fake_quant_forward", "fake_quant_forward_masked",
+           "fake_quant_grad_input", "fake_quant_grad_masked", "fake_quant_learnable_grad",
+           "kernel_report", "pool_stats", "scale_of", "set_backend"]
 
-try:
-    from trtqat import _C
-except (ImportError, OSError) as exc:  # not built, or built against another torch
-    _C = None
-    EXTENSION_ERROR: str | None = f"{type(exc).__name__}: {exc}"
-else:
-    EXTENSION_ERROR = None
+_C, EXTENSION_ERROR = kernel_loader.prebuilt_cpu()
+_triton = None  # trtqat.quant.triton_kernels once a CUDA tensor was seen and Triton imports
+_MISSING: dict[str, str] = {}  # device type -> why its fast kernels are missing, with the fix
+_pending = {"cpu", "cuda"}  # device types whose fast kernels were not looked for yet
+_forced = ""  # "pytorch": pure-PyTorch kernels everywhere; "cpp"/"triton": that one required
 
 BACKEND = "pytorch"
+GPU_BACKEND: str | None = None
 
+_is_compiling = torch.compiler.is_compiling
 _fused_forward = _fused.fake_quant_forward
 _fused_grad_input = _fused.fake_quant_grad_input
 
 
-def _pytorch_forward(x, amax, qmin, qmax):
-    return _fused_forward(x, amax, qmin, qmax)
+def check_input(x: torch.Tensor) -> None:
+    """Refuse inputs fake quantization cannot take, in one line that says what to do."""
+    if not isinstance(x, torch.Tensor):
+        raise QuantInputError(f"fake quantization takes a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise QuantInputError(
+            f"fake quantization needs a floating-point tensor, got {x.dtype}; cast the input "
+            "(e.g. x.float()) or disable this quantizer for integer tensors such as token ids")
 
 
-def _pytorch_grad_input(grad, x, amax, qmin, qmax):
-    return _fused_grad_input(grad, x, amax, qmin, qmax)
+def _names() -> None:
+    global BACKEND, GPU_BACKEND
+    if _forced == "pytorch":
+        BACKEND, GPU_BACKEND = "pytorch", "pytorch"
+        return
+    BACKEND = "cpp" if _C is not None else "pytorch"
+    GPU_BACKEND = None if "cuda" in _pending else ("triton" if _triton is not None else "pytorch")
 
 
-if _C is not None:
-    _c_forward = _C.fake_quant_forward
-    _c_grad_input = _C.fake_quant_grad_input
+def _resolve(device_type: str) -> None:
+    """Look for the fast kernels of ``device_type`` once; warn once when they are missing."""
+    global _C, EXTENSION_ERROR, _triton
+    _pending.discard(device_type)
+    if device_type == "cpu" and _C is None:
+        _C, EXTENSION_ERROR = kernel_loader.cpu_kernels()
+        reason = EXTENSION_ERROR
+    elif device_type == "cuda" and _triton is None:
+        _triton, reason = kernel_loader.gpu_kernels()
+    else:
+        reason = None
+    _names()
+    if reason is not None:
+        _MISSING[device_type] = reason
+        warnings.warn(f"trtqat: fake quantization on {device_type} uses the slower pure-PyTorch "
+                      f"kernels: {reason}", RuntimeWarning, stacklevel=4)
 
-    _is_compiling = torch.compiler.is_compiling
 
-    # The compiled kernels return None for inputs they do not handle. Under torch.compile
-    # the traceable PyTorch kernels are used so that the graph does not break.
-    def _cpp_forward(x, amax, qmin, qmax):
-        out = None if _is_compiling() else _c_forward(x, amax, qmin, qmax)
-        return _fused_forward(x, amax, qmin, qmax) if out is None else out
-
-    def _cpp_grad_input(grad, x, amax, qmin, qmax):
-        out = None if _is_compiling() else _c_grad_input(grad, x, amax, qmin, qmax)
-        return _fused_grad_input(grad, x, amax, qmin, qmax) if out is None else out
-
-
-_forward_impl = _pytorch_forward
-_grad_input_impl = _pytorch_grad_input
+def _ready(x: torch.Tensor) -> None:
+    kind = x.device.type
+    if kind in _pending and _forced != "pytorch":
+        _resolve(kind)
 
 
 def available_backends() -> tuple[str, ...]:
-    """Backends that :func:`set_backend` accepts here."""
+    """CPU backends that :func:`set_backend` accepts here (may build the CPU kernel once)."""
+    if "cpu" in _pending and _forced != "pytorch":
+        _resolve("cpu")
     return ("cpp", "pytorch") if _C is not None else ("pytorch",)
 
 
 def set_backend(name: str | None = None) -> str:
-    """Use ``"cpp"`` or ``"pytorch"`` kernels (None: the fastest available); returns it."""
-    global BACKEND, _forward_impl, _grad_input_impl
-    if name is None:
-        name = "cpp" if _C is not None else "pytorch"
-    if name == "cpp":
-        if _C is None:
-            raise RuntimeError(f"the compiled fake-quant kernels are not available ({EXTENSION_ERROR}); "
-                               "reinstall with `pip install --no-build-isolation -e .` and a C++ compiler")
-        _forward_impl, _grad_input_impl = _cpp_forward, _cpp_grad_input
-    elif name == "pytorch":
-        _forward_impl, _grad_input_impl = _pytorch_forward, _pytorch_grad_input
-    else:
-        raise ValueError(f"unknown fake-quant backend {name!r}: use 'cpp' or 'pytorch'")
-    BACKEND = name
-    return name
+    """Use ``"cpp"``, ``"triton"`` or ``"pytorch"`` kernels (None: the fastest); returns the CPU one.
+
+    ``"pytorch"`` forces the pure-PyTorch kernels on every device; ``"cpp"`` and ``"triton"``
+    require that kernel (CPU and CUDA respectively) and use the fastest on the other device.
+    """
+    global _forced
+    if name not in (None, "cpp", "triton", "pytorch"):
+        raise ValueError(f"unknown fake-quant backend {name!r}: use 'cpp', 'triton' or 'pytorch'")
+    _forced = name or ""
+    if name != "pytorch":
+        for kind in ("cpu", "cuda") if name == "triton" else ("cpu",):
+            if kind in _pending:
+                _resolve(kind)
+    _names()
+    if name == "cpp" and _C is None:
+        raise RuntimeError(f"the compiled fake-quant kernels are not available ({EXTENSION_ERROR})")
+    if name == "triton" and _triton is None:
+        raise RuntimeError(_MISSING.get("cuda", "the Triton kernels are not available"))
+    return BACKEND
+
+
+def _fast(device_type: str) -> bool:
+    if _forced == "pytorch" or _is_compiling():
+        return False  # under torch.compile the traceable PyTorch kernels keep the graph whole
+    if device_type == "cpu":
+        return _C is not None
+    return device_type == "cuda" and _triton is not None
 
 
 def empty_cache() -> None:
-    """Release the output buffers the compiled kernels keep for reuse between steps.
+    """Release the output buffers the compiled CPU kernels keep for reuse between steps.
 
     The kernels reuse the storage of an output once nothing references it any more (same
     size next step), which spares the page faults of fresh allocations. At most
@@ -109,15 +146,80 @@ def fake_quant_forward(
     x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
 ) -> tuple[torch.Tensor, bool | None]:
     """Fake-quantize ``x``; also say whether any element was clipped (None: unknown)."""
-    return _forward_impl(x, amax, qmin, qmax)
+    _ready(x)
+    if _fast(x.device.type):
+        if x.is_cuda:
+            out = _triton.forward(x, amax, qmin, qmax, save_mask=False)
+            if out is not None:
+                return out[0], None
+        else:
+            out = _C.fake_quant_forward(x, amax, qmin, qmax)
+            if out is not None:
+                return out
+    return _fused_forward(x, amax, qmin, qmax)
 
 
 def fake_quant_grad_input(
     grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
 ) -> torch.Tensor:
     """``grad`` where ``x`` was not clipped, 0 elsewhere."""
-    return _grad_input_impl(grad, x, amax, qmin, qmax)
+    if not x.is_cuda and _fast(x.device.type):
+        out = _C.fake_quant_grad_input(grad, x, amax, qmin, qmax)
+        if out is not None:
+            return out
+    return _fused_grad_input(grad, x, amax, qmin, qmax)
 
 
+def fake_quant_forward_masked(
+    x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(y, bit-packed straight-through mask)`` from the GPU kernels; None where they do not apply."""
+    _ready(x)
+    if x.is_cuda and _fast("cuda"):
+        return _triton.forward(x, amax, qmin, qmax, save_mask=True)
+    return None
+
+
+def fake_quant_grad_masked(grad: torch.Tensor, mask: torch.Tensor, shape: torch.Size,
+                           stride: tuple[int, ...]) -> torch.Tensor:
+    """``grad`` where the mask saved by :func:`fake_quant_forward_masked` is set, 0 elsewhere."""
+    from trtqat.quant import triton_kernels  # only reached after the forward imported it
+
+    return triton_kernels.grad_from_mask(grad, mask, shape, stride)
+
+
+def fake_quant_learnable_grad(
+    grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_amax)`` of fake quantization with a learned ``amax``."""
+    if x.is_cuda and _fast("cuda"):
+        out = _triton.learnable_grad(grad, x, amax, qmin, qmax)
+        if out is not None:
+            return out
+    return _fused.learnable_grad(grad, x, amax, qmin, qmax)
+
+
+def kernel_report() -> dict[str, str]:
+    """Which fake-quant kernels each device uses, with the reason and fix for a missing one.
+
+    Looks for the kernels first (may compile the CPU kernel once); never initialises CUDA.
+    """
+    if _forced == "pytorch":
+        forced = "pytorch (forced: TRTQAT_KERNELS=pytorch or set_backend('pytorch'))"
+        return {"cpu": forced, "cuda": forced}
+    for kind in list(_pending):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _resolve(kind)
+    cpu = f"compiled C++ for float32, {getattr(_C, '__file__', '?')}" if _C is not None else \
+        f"pytorch - {_MISSING.get('cpu', 'not available')}"
+    cuda = "Triton for float32/float16/bfloat16" if _triton is not None else \
+        f"pytorch - {_MISSING.get('cuda', 'not available')}"
+    return {"cpu": cpu, "cuda": cuda}
+
+
+if _C is not None:
+    _pending.discard("cpu")
 _requested = os.environ.get("TRTQAT_KERNELS", "").strip().lower()
-set_backend("pytorch" if _requested in ("pytorch", "torch", "python", "fallback") else None)
+_forced = "pytorch" if _requested in ("pytorch", "torch", "python", "fallback") else ""
+_names()

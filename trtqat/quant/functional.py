@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from trtqat.quant import _kernels
+from trtqat.quant import _kernels, fake_quant_op
 
 
 def quant_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int, int]:
@@ -20,11 +20,25 @@ def quant_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int
     return (-qmax if narrow_range else -qmax - 1), qmax
 
 
-class _FakeQuant(torch.autograd.Function):
+class _FakeQuantFn(torch.autograd.Function):
+    """Eager fake quantization: fused kernels forward, the smallest possible saved state.
+
+    CUDA (Triton): saves a bit-packed clip mask instead of the input. CPU: saves nothing when
+    nothing was clipped (identity backward), else the input and amax.
+    """
+
     @staticmethod
     def forward(ctx, x, amax, qmin, qmax):  # type: ignore[override]
-        y, clipped = _kernels.fake_quant_forward(x, amax, qmin, qmax)
         ctx.qbounds = (qmin, qmax)
+        masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax)
+        if masked is not None:
+            y, mask = masked
+            ctx.layout = (x.shape, x.stride())
+            ctx.passthrough = False
+            ctx.save_for_backward(mask)
+            return y
+        y, clipped = _kernels.fake_quant_forward(x, amax, qmin, qmax)
+        ctx.layout = None
         ctx.passthrough = clipped is False  # nothing clipped: the gradient is the identity
         if ctx.passthrough:
             ctx.save_for_backward()
@@ -36,12 +50,15 @@ class _FakeQuant(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         if ctx.passthrough:
             return grad, None, None, None
+        if ctx.layout is not None:
+            (mask,) = ctx.saved_tensors
+            return _kernels.fake_quant_grad_masked(grad, mask, *ctx.layout), None, None, None
         x, amax = ctx.saved_tensors
         qmin, qmax = ctx.qbounds
         return _kernels.fake_quant_grad_input(grad, x, amax, qmin, qmax), None, None, None
 
 
-class _FakeQuantLearnable(torch.autograd.Function):
+class _FakeQuantLearnableFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, amax, qmin, qmax):  # type: ignore[override]
         ctx.save_for_backward(x, amax)
@@ -53,21 +70,26 @@ class _FakeQuantLearnable(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         x, amax = ctx.saved_tensors
         qmin, qmax = ctx.qbounds
-        scale = _kernels.scale_of(amax.detach(), qmax)
-        q = x.float() / scale
-        r = torch.round(q)
-        inside = (r >= qmin) & (r <= qmax)
-        g = grad.float()
-        grad_x = (g * inside).to(grad.dtype)
-        # d y / d amax: (round(q) - q) / qmax inside the range, qmin/qmax or qmax/qmax outside.
-        local = torch.where(inside, (r - q) / qmax, r.clamp(qmin, qmax) / qmax)
-        grad_amax = g * local
-        reduce_dims = [d for d in range(x.dim()) if amax.dim() != x.dim() or amax.shape[d] == 1]
-        if amax.dim() == 0:
-            grad_amax = grad_amax.sum()
-        else:
-            grad_amax = grad_amax.sum(dim=reduce_dims, keepdim=True).reshape(amax.shape)
-        return grad_x, grad_amax.to(amax.dtype), None, None
+        grad_x, grad_amax = _kernels.fake_quant_learnable_grad(grad, x, amax.detach(), qmin, qmax)
+        return grad_x, grad_amax, None, None
+
+
+class _Entry:
+    """What quantizers call: eager autograd with the fused kernels, the custom op under
+    torch.compile (:mod:`.fake_quant_op`). Inputs that are not floating point are refused."""
+
+    def __init__(self, function: type[torch.autograd.Function]) -> None:
+        self.function = function
+
+    def apply(self, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
+        _kernels.check_input(x)
+        if torch.compiler.is_compiling():
+            return fake_quant_op.fake_quant(x, amax, qmin, qmax)
+        return self.function.apply(x, amax, qmin, qmax)
+
+
+_FakeQuant = _Entry(_FakeQuantFn)
+_FakeQuantLearnable = _Entry(_FakeQuantLearnableFn)  # amax also receives its gradient
 
 
 def _as_amax(amax: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from trtqat.quant import descriptor as qd
-from trtqat.quant.mixin import QuantInputMixin, QuantMixin, copy_float_state, pop_quant_desc
+from trtqat.quant.mixin import (
+    QuantInputMixin,
+    QuantMixin,
+    copy_float_state,
+    pop_quant_desc,
+    split_quant_kwargs,
+)
 
 # The float classes, captured before quant_modules.initialize() can replace them.
 _Conv1d, _Conv2d, _Conv3d = nn.Conv1d, nn.Conv2d, nn.Conv3d
@@ -38,7 +44,7 @@ def _conv_class(base, desc_w, name):
         default_quant_desc_weight = desc_w
 
         def __init__(self, *args, **kwargs):
-            quant = {k: kwargs.pop(k) for k in ("quant_desc_input", "quant_desc_weight") if k in kwargs}
+            quant = split_quant_kwargs(kwargs, float_cls=base)
             super().__init__(*args, **kwargs)
             self._setup_quant(quant)
 
@@ -62,7 +68,7 @@ def _convt_class(base, desc_w, dims, name):
         default_quant_desc_weight = desc_w
 
         def __init__(self, *args, **kwargs):
-            quant = {k: kwargs.pop(k) for k in ("quant_desc_input", "quant_desc_weight") if k in kwargs}
+            quant = split_quant_kwargs(kwargs, float_cls=base)
             super().__init__(*args, **kwargs)
             self._setup_quant(quant)
 
@@ -90,7 +96,7 @@ class QuantLinear(_Linear, _QuantWeighted):
     default_quant_desc_weight = qd.QUANT_DESC_8BIT_LINEAR_WEIGHT_PER_ROW
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs):
-        quant = {k: kwargs.pop(k) for k in ("quant_desc_input", "quant_desc_weight") if k in kwargs}
+        quant = split_quant_kwargs(kwargs, float_cls=_Linear)
         super().__init__(in_features, out_features, bias, **kwargs)
         self._setup_quant(quant)
 
@@ -99,9 +105,12 @@ class QuantLinear(_Linear, _QuantWeighted):
 
 
 def _pool_class(base, name):
+    """A layer that quantizes its input only (pooling, instance norm)."""
+
     class QuantPool(base, QuantInputMixin):
         def __init__(self, *args, **kwargs):
-            desc_in = kwargs.pop("quant_desc_input", None) or type(self).default_quant_desc_input
+            desc_in = split_quant_kwargs(kwargs, True, base).get(
+                "quant_desc_input") or type(self).default_quant_desc_input
             super().__init__(*args, **kwargs)
             self.init_quantizer(desc_in)
 
@@ -129,6 +138,9 @@ QuantAdaptiveAvgPool3d = _pool_class(nn.AdaptiveAvgPool3d, "QuantAdaptiveAvgPool
 QuantMaxPool1d = _pool_class(nn.MaxPool1d, "QuantMaxPool1d")
 QuantMaxPool2d = _pool_class(nn.MaxPool2d, "QuantMaxPool2d")
 QuantMaxPool3d = _pool_class(nn.MaxPool3d, "QuantMaxPool3d")
+QuantInstanceNorm1d = _pool_class(nn.InstanceNorm1d, "QuantInstanceNorm1d")
+QuantInstanceNorm2d = _pool_class(nn.InstanceNorm2d, "QuantInstanceNorm2d")
+QuantInstanceNorm3d = _pool_class(nn.InstanceNorm3d, "QuantInstanceNorm3d")
 
 # float class -> Quant class, used by quantize() and quant_modules.initialize()
 FLOAT_TO_QUANT: dict[type, type] = {

@@ -44,12 +44,55 @@ DEFAULT_QUANT_MAP: list[_Entry] = [
 ]
 
 _lock = threading.Lock()
-_saved: list[tuple[object, str, object]] = []  # (module, attribute, original value)
+
+
+class QuantModuleReplacementHelper:
+    """Swaps torch.nn classes for their Quant* versions and back (pytorch-quantization's helper).
+
+    Attributes:
+        orginal_func_map: ``(module, name, original class)`` entries to restore (the
+            misspelling is pytorch-quantization's).
+        default_quant_map: the built-in replacements (:data:`DEFAULT_QUANT_MAP`).
+        quant_map: the replacements :meth:`apply_quant_modules` makes.
+    """
+
+    def __init__(self) -> None:
+        self.orginal_func_map: list[_Entry] = []
+        self.default_quant_map: list[_Entry] = DEFAULT_QUANT_MAP
+        self.quant_map: list[_Entry] = []
+
+    def prepare_state(self, float_module_list: Iterable[str] | None = None,
+                      custom_map: Iterable[tuple[object, str, type]] | None = None) -> None:
+        """Choose the replacements: the defaults minus ``float_module_list``, plus ``custom_map``."""
+        skip = set(float_module_list or ())
+        entries = [e for e in self.default_quant_map if e.mod_name not in skip]
+        for item in custom_map or ():
+            if len(item) != 3 or not hasattr(item[0], item[1]):
+                raise QuantConfigError(
+                    f"custom_quant_modules entry {item!r} must be (module, 'ClassName', "
+                    "QuantClass) with ClassName an attribute of module")
+            entries.append(_Entry(*item))
+        for e in entries:
+            self.quant_map.append(e)
+            self.orginal_func_map.append(_Entry(e.orig_mod, e.mod_name, getattr(e.orig_mod, e.mod_name)))
+
+    def apply_quant_modules(self) -> None:
+        """Monkey-patch every chosen class."""
+        for e in self.quant_map:
+            setattr(e.orig_mod, e.mod_name, e.replace_mod)
+
+    def restore_float_modules(self) -> None:
+        """Put every replaced class back."""
+        for e in reversed(self.orginal_func_map):
+            setattr(e.orig_mod, e.mod_name, e.replace_mod)
+
+
+_active: list[QuantModuleReplacementHelper] = []  # the helper of the running initialize()
 
 
 def is_active() -> bool:
     """True between initialize() and deactivate()."""
-    return bool(_saved)
+    return bool(_active)
 
 
 def initialize(float_module_list: Iterable[str] | None = None,
@@ -68,30 +111,22 @@ def initialize(float_module_list: Iterable[str] | None = None,
             f"float_module_list names {sorted(unknown)}, which initialize() does not replace; "
             f"choose from {sorted(known)}"
         )
-    entries = [e for e in DEFAULT_QUANT_MAP if e.mod_name not in skip]
-    for item in custom_quant_modules or ():
-        if len(item) != 3 or not hasattr(item[0], item[1]):
-            raise QuantConfigError(
-                f"custom_quant_modules entry {item!r} must be (module, 'ClassName', QuantClass) "
-                "with ClassName an attribute of module"
-            )
-        entries.append(_Entry(*item))
+    helper = QuantModuleReplacementHelper()
+    helper.prepare_state(skip, custom_quant_modules)
     with _lock:
-        if _saved:
+        if _active:
             raise QuantConfigError(
                 "quant_modules.initialize() is already active; call deactivate() first"
             )
-        for e in entries:
-            _saved.append((e.orig_mod, e.mod_name, getattr(e.orig_mod, e.mod_name)))
-            setattr(e.orig_mod, e.mod_name, e.replace_mod)
+        helper.apply_quant_modules()
+        _active.append(helper)
 
 
 def deactivate() -> None:
     """Restore every class that initialize() replaced."""
     with _lock:
-        while _saved:
-            mod, name, orig = _saved.pop()
-            setattr(mod, name, orig)
+        while _active:
+            _active.pop().restore_float_modules()
 
 
 @contextlib.contextmanager
@@ -105,3 +140,10 @@ def initialized(float_module_list: Iterable[str] | None = None,
         deactivate()
 
 
+@contextlib.contextmanager
+def enable_onnx_export() -> Iterator[None]:
+    """Within this block quantizers emit ONNX-exportable fake-quantize ops (Q/DQ)."""
+    from trtqat.quant import export_mode
+
+    with export_mode.enabled():
+        yield

@@ -5,156 +5,201 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trtqat.errors import CalibrationError, QuantizerStateError
-from trtqat.quant import export_mode
-from trtqat.quant.descriptor import QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor
-from trtqat.quant.functional import (
-    _FakeQuant,
-    _FakeQuantLearnable,
-    quant_bounds,
-    tensor_quant,
-)
+from trtqat.errors import CalibrationError, QuantConfigError, QuantizerStateError, QuantTypeError
+from trtqat.quant import export_mode, pq_ops
+from trtqat.quant.amax import broadcasts, checked_amax
+from trtqat.quant.calib.base import reduce_dims
+from trtqat.quant.clip import Clip
+from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
+from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, quant_bounds
 
 
 def _make_calibrator(desc: QuantDescriptor):
     from trtqat.quant.calib import HistogramCalibrator, MaxCalibrator
 
-    if desc.calib_method == "histogram":
-        return HistogramCalibrator(desc.num_bits, desc.axis, desc.unsigned)
-    return MaxCalibrator(desc.num_bits, desc.axis, desc.unsigned)
+    cls = HistogramCalibrator if desc.calib_method == "histogram" else MaxCalibrator
+    bits = desc.num_bits if isinstance(desc.num_bits, int) else 8  # E4M3: ranges as for int8
+    return cls(bits, desc.axis, desc.unsigned)
 
 
 class TensorQuantizer(nn.Module):
     """Fake-quantizes (or calibrates on) the tensor that flows through it.
 
-    Same switches as pytorch-quantization: ``enable/disable`` (bypass entirely),
-    ``enable_quant/disable_quant``, ``enable_calib/disable_calib``; ``load_calib_amax``
-    turns collected statistics into ``amax``.
+    pytorch-quantization's API: ``enable/disable`` (bypass entirely), ``enable_quant`` /
+    ``disable_quant``, ``enable_calib`` / ``disable_calib``, ``enable_clip`` / ``disable_clip``;
+    ``load_calib_amax`` turns collected statistics into ``amax``. Without an amax the range
+    of the current input is used (dynamic range); ``trtqat export`` refuses such a model.
+    ``scale_amax`` multiplies every amax source; ``pre_quant_scale`` multiplies the input
+    before calibration and quantization. ``num_bits=(4, 3)`` quantizes to FP8 E4M3.
+
+    ``use_fb_fake_quant = True`` (class attribute) makes every quantizer emit torch's
+    fake-quantize ops, so a plain ``torch.onnx.export`` writes QuantizeLinear/DequantizeLinear;
+    so does any ``torch.onnx.export`` and :func:`trtqat.export.export_onnx`.
     """
+
+    use_fb_fake_quant = False
 
     def __init__(self, quant_desc: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR,
                  disabled: bool = False, if_quant: bool = True, if_clip: bool = False,
                  if_calib: bool = False) -> None:
         super().__init__()
         if not isinstance(quant_desc, QuantDescriptor):
-            raise TypeError(f"quant_desc must be a QuantDescriptor, got {type(quant_desc).__name__}")
-        self._desc = quant_desc
+            raise QuantTypeError(f"quant_desc must be a QuantDescriptor, got {type(quant_desc).__name__}")
         self._num_bits = quant_desc.num_bits
+        self._fake_quant = quant_desc.fake_quant
         self._axis = quant_desc.axis
+        self._scale_amax = quant_desc.scale_amax
+        self._learn_amax = quant_desc.learn_amax
         self._unsigned = quant_desc.unsigned
         self._narrow_range = quant_desc.narrow_range
-        self._fake_quant = quant_desc.fake_quant
-        self._learn_amax = quant_desc.learn_amax
-        self._scale_amax = quant_desc.scale_amax
-        self._qmin, self._qmax = quant_bounds(self._num_bits, self._unsigned, self._narrow_range)
+        self._scale = None if not quant_desc.fake_quant else 1.0
         self._disabled = disabled
         self._if_quant = if_quant
-        self._if_clip = if_clip
+        self._if_clip = False
         self._if_calib = if_calib
         self._name = ""
         self._calibrator = _make_calibrator(quant_desc)
+        amax = None if quant_desc.amax is None else torch.tensor(quant_desc.amax)
+        self.register_buffer("_amax", amax)
+        self.register_buffer("_pre_quant_scale", None)
         if self._learn_amax:
             init = 1.0 if quant_desc.amax is None else quant_desc.amax
-            self._amax = nn.Parameter(torch.tensor(init, dtype=torch.float32))
-        elif quant_desc.amax is not None:
-            self.register_buffer("_amax", self._checked_amax(quant_desc.amax))
-        else:
-            self.register_buffer("_amax", None)
+            self.clip = Clip(-init, init, learn_min=True, learn_max=True)
+            self.enable_clip()
+        if if_clip:
+            self.enable_clip()
 
     # ----------------------------------------------------------------- properties
     @property
-    def num_bits(self) -> int:
+    def num_bits(self) -> int | tuple[int, int]:
+        """Integer bits, or (4, 3) for E4M3. Settable."""
         return self._num_bits
 
-    @property
-    def axis(self) -> tuple[int, ...] | None:
-        return self._axis
+    @num_bits.setter
+    def num_bits(self, value: int | tuple[int, int]) -> None:
+        QuantDescriptor(num_bits=value)  # validates
+        self._num_bits = value
 
     @property
     def unsigned(self) -> bool:
+        """Unsigned integer range. Settable."""
         return self._unsigned
+
+    @unsigned.setter
+    def unsigned(self, value: bool) -> None:
+        self._unsigned = bool(value)
 
     @property
     def narrow_range(self) -> bool:
+        """[-127, 127] instead of [-128, 127]. Settable."""
         return self._narrow_range
 
-    @property
-    def fake_quant(self) -> bool:
-        return self._fake_quant
+    @narrow_range.setter
+    def narrow_range(self, value: bool) -> None:
+        self._narrow_range = bool(value)
+
+    axis = property(lambda self: self._axis, doc="The axis kept per channel, as given.")
+    fake_quant = property(lambda self: self._fake_quant, doc="Quantize-dequantize if True.")
+    learn_amax = property(lambda self: self._learn_amax, doc="The range is trained.")
+    disabled = property(lambda self: self._disabled, doc="Bypassed entirely.")
 
     @property
-    def learn_amax(self) -> bool:
-        return self._learn_amax
-
-    @property
-    def disabled(self) -> bool:
-        return self._disabled
+    def scale(self):
+        """Scale of the last real (``fake_quant=False``) quantization; 1.0 in fake mode."""
+        return self._scale
 
     @property
     def maxbound(self) -> int:
         """Largest integer of the range (127 for signed 8-bit)."""
-        return self._qmax
+        return self._bounds()[1]
 
     @property
     def minbound(self) -> int:
-        return self._qmin
+        """Smallest integer of the range (-128 for full-range signed 8-bit)."""
+        return self._bounds()[0]
 
     @property
     def amax(self) -> torch.Tensor | None:
-        """The calibrated range (None before calibration)."""
-        return None if self._amax is None else self._amax.detach()
+        """The stored range (None: each input's own range is used); detached when learned."""
+        return self._amax.detach() if isinstance(self._amax, nn.Parameter) else self._amax
 
     @amax.setter
     def amax(self, value) -> None:
+        if value is None:
+            raise QuantTypeError(f"{self._label()}: amax cannot be set to None")
         value = self._checked_amax(value)
-        if isinstance(self._amax, nn.Parameter):
-            with torch.no_grad():
-                if self._amax.shape != value.shape:
-                    self._amax = nn.Parameter(value.to(self._amax.device))
-                else:
-                    self._amax.copy_(value)
-        elif self._amax is None:
-            self.register_buffer("_amax", value)
-        else:
-            self._amax = value.to(self._amax.device)
+        if self._amax is not None and self._amax.shape != value.shape:
+            raise QuantTypeError(
+                f"{self._label()}: amax has shape {tuple(self._amax.shape)}; setting one of "
+                f"shape {tuple(value.shape)} is not allowed (load a state dict to change it)")
+        self._store_amax(value)
+
+    @property
+    def pre_quant_scale(self) -> torch.Tensor | None:
+        """Factor applied to the input before calibration and quantization (None: none)."""
+        return self._pre_quant_scale
+
+    @pre_quant_scale.setter
+    def pre_quant_scale(self, value) -> None:
+        if value is None:
+            self._pre_quant_scale = None
+            return
+        try:
+            value = torch.as_tensor(value, dtype=torch.float32).detach().clone()
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise QuantTypeError(f"{self._label()}: pre_quant_scale must be numeric, got {value!r}") from err
+        self._pre_quant_scale = value
 
     @property
     def step_size(self) -> torch.Tensor | None:
-        """Quantization step ``amax / maxbound``."""
-        return None if self._amax is None else self.amax / self._qmax
+        """Quantization step ``amax / maxbound`` (None with a dynamic range)."""
+        return None if self._amax is None else self._amax / self.maxbound
 
     # ----------------------------------------------------------------- switches
     def enable(self) -> None:
+        """Quantize (or calibrate) again."""
         self._disabled = False
 
     def disable(self) -> None:
+        """Bypass the quantizer entirely."""
         self._disabled = True
 
     def enable_quant(self) -> None:
+        """Run the quantization stage."""
         self._if_quant = True
 
     def disable_quant(self) -> None:
+        """Skip the quantization stage (calibration may still run)."""
         self._if_quant = False
 
     def enable_calib(self) -> None:
+        """Collect statistics of every input."""
         if self._calibrator is None:
-            raise QuantizerStateError(f"{self._label()}: has no calibrator to enable")
+            raise QuantConfigError(f"{self._label()}: has no calibrator to enable")
         self._if_calib = True
 
     def disable_calib(self) -> None:
+        """Stop collecting statistics."""
         self._if_calib = False
 
     def enable_clip(self) -> None:
-        raise QuantizerStateError(
-            f"{self._label()}: learned clipping is not supported; use "
-            "QuantDescriptor(learn_amax=True) to learn the range instead"
-        )
+        """Clip the input with the learnable :class:`Clip` stage (needs ``learn_amax``)."""
+        if not self._learn_amax or not hasattr(self, "clip"):
+            raise QuantConfigError(f"{self._label()}: learn_amax is False, cannot enable clip; "
+                                   "use QuantDescriptor(learn_amax=True)")
+        self.clip.clip_value_min.requires_grad_(True)
+        self.clip.clip_value_max.requires_grad_(True)
+        self._if_clip = True
 
     def disable_clip(self) -> None:
+        """Stop clipping and freeze the clip bounds."""
         self._if_clip = False
+        if hasattr(self, "clip"):
+            self.clip.clip_value_min.requires_grad_(False)
+            self.clip.clip_value_max.requires_grad_(False)
 
     # ----------------------------------------------------------------- calibration
-    def load_calib_amax(self, method: str | None = None, strict: bool = True, **kwargs) -> None:
+    def load_calib_amax(self, *args, strict: bool = True, **kwargs) -> None:
         """Set ``amax`` from the calibrator (``method``: percentile, mse, entropy, max).
 
         ``strict`` refuses ranges that are all zero; NaN, infinite and negative ranges are
@@ -162,26 +207,30 @@ class TensorQuantizer(nn.Module):
         """
         if self._calibrator is None:
             raise QuantizerStateError(f"{self._label()}: has no calibrator")
-        if method is None:
-            amax = self._calibrator.compute_amax(**kwargs) if kwargs else self._calibrator.compute_amax()
-        else:
-            amax = self._calibrator.compute_amax(method, **kwargs)
+        amax = self._calibrator.compute_amax(*args, **kwargs)
         if amax is None:
             raise CalibrationError(
-                f"{self._label()}: calibrator collected no data; run batches through the "
-                "model with calibration enabled (collect_stats) before computing amax"
-            )
+                f"{self._label()}: Calibrator returned None: it collected no data; run batches "
+                "through the model with calibration enabled (collect_stats) before computing amax")
         amax = amax.detach().float()
-        if self._scale_amax is not None:
-            amax = amax * self._scale_amax
         if not strict and bool((amax == 0).all()):
             amax = torch.ones_like(amax)
-        self.amax = amax
+        self._store_amax(self._checked_amax(amax))
 
     def init_learn_amax(self) -> None:
-        """Make ``amax`` a trainable parameter, starting from its calibrated value."""
+        """Start learning the range from the stored amax.
+
+        With ``learn_amax`` (a Clip stage) the clip bounds are set to ``-+amax``, as in
+        pytorch-quantization. Otherwise (a trtqat extension) ``amax`` itself becomes a
+        trainable parameter with an LSQ-style gradient.
+        """
         if self._amax is None:
             raise QuantizerStateError(f"{self._label()}: calibrate before learning amax")
+        if hasattr(self, "clip"):
+            init = self._amax.detach().max()
+            self.clip.clip_value_min.data.copy_(-init)
+            self.clip.clip_value_max.data.copy_(init)
+            return
         self._learn_amax = True
         value = self._amax.detach().clone()
         del self._amax
@@ -189,95 +238,130 @@ class TensorQuantizer(nn.Module):
 
     # ----------------------------------------------------------------- forward
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Scale by ``pre_quant_scale``, collect statistics, clip, quantize: each if enabled."""
         if self._disabled:
             return inputs
+        if self._pre_quant_scale is not None:
+            inputs = inputs * self._pre_quant_scale.to(inputs.device)
         if self._if_calib:
             self._calibrator.collect(inputs)
-        if not self._if_quant:
-            return inputs
-        amax = self._amax
-        if amax is None:
-            raise QuantizerStateError(
-                f"{self._label()}: amax is not set; calibrate the model (collect_stats + "
-                "compute_amax) or load a calibrated checkpoint before quantizing"
-            )
+        outputs = inputs
+        if self._if_clip:
+            outputs = self.clip(inputs)
+        if self._if_quant:
+            outputs = self._quant_forward(inputs)
+        return outputs
+
+    def _quant_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "clip"):  # learn_amax: the range is the clip's, clip stage on or not
+            inputs = self.clip(inputs)
+            amax = torch.max(-self.clip.clip_value_min, self.clip.clip_value_max).detach()
+        else:
+            amax = self._get_amax(inputs)
+        exporting = (export_mode.active() or TensorQuantizer.use_fb_fake_quant
+                     or torch.onnx.is_in_onnx_export())
+        if self._num_bits == E4M3:
+            if exporting:
+                raise QuantizerStateError(f"{self._label()}: FP8 E4M3 cannot be exported as "
+                                          "int8 Q/DQ; export with num_bits=8")
+            return pq_ops.scaled_e4m3(inputs, amax)
         if not self._fake_quant:
-            return tensor_quant(inputs, amax, self._num_bits, self._unsigned, self._narrow_range)[0]
-        if export_mode.active():
-            return export_mode.fake_quant_for_export(inputs, amax.detach(), self._qmin, self._qmax, self._axis)
-        if self._learn_amax:
-            return _FakeQuantLearnable.apply(inputs, amax.abs().clamp_min(1e-8), self._qmin, self._qmax)
-        return _FakeQuant.apply(inputs, amax, self._qmin, self._qmax)
+            outputs, self._scale = pq_ops.tensor_quant(inputs, amax, self._num_bits,
+                                                       self._unsigned, self._narrow_range)
+            return outputs
+        qmin, qmax = self._bounds()
+        if qmax < 1:  # num_bits 0 (or 1 signed): nothing but zero is representable
+            return inputs * 0
+        if exporting:
+            if self._amax is None and not hasattr(self, "clip"):
+                raise QuantizerStateError(
+                    f"{self._label()}: has no amax (it was never calibrated), so it would bake "
+                    "one batch's range into the ONNX file; calibrate or load amax first")
+            return export_mode.fake_quant_for_export(inputs, amax.detach(), qmin, qmax,
+                                                     axis_tuple(self._axis))
+        if isinstance(self._amax, nn.Parameter):
+            return _FakeQuantLearnable.apply(inputs, amax.abs().clamp_min(1e-8), qmin, qmax)
+        if self._unsigned and bool(inputs.min() < 0):
+            pq_ops._check(inputs, amax, True)  # raises TypeError, as pytorch-quantization
+        return _FakeQuant.apply(inputs, amax.detach(), qmin, qmax)
+
+    def _get_amax(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The stored amax, else the current input's (per the quantizer's axis); times scale_amax."""
+        if self._amax is not None:
+            amax = self._amax
+            if amax.numel() != 1 and not broadcasts(amax.shape, inputs.shape):
+                raise QuantizerStateError(
+                    f"{self._label()}: amax of shape {tuple(amax.shape)} does not fit an input "
+                    f"of shape {tuple(inputs.shape)}; load the amax of this layer")
+        else:
+            dims = reduce_dims(inputs, axis_tuple(self._axis))
+            with torch.no_grad():
+                amax = inputs.detach().abs().float()
+                amax = amax.amax(dim=dims, keepdim=True) if dims else amax  # dims=() reduces all
+            if self._axis is None:
+                amax = amax.reshape(())
+        if self._scale_amax is not None:
+            amax = amax * self._scale_amax
+        return amax
 
     # ----------------------------------------------------------------- helpers
+    def _bounds(self) -> tuple[int, int]:
+        if self._num_bits == E4M3:
+            return -448, 448
+        return quant_bounds(self._num_bits, self._unsigned, self._narrow_range)
+
     def _label(self) -> str:
         return f"quantizer '{self._name}'" if self._name else "TensorQuantizer"
 
+    def _store_amax(self, value: torch.Tensor) -> None:
+        if isinstance(self._amax, nn.Parameter):
+            with torch.no_grad():
+                if self._amax.shape == value.shape:
+                    self._amax.copy_(value)
+                else:
+                    self._amax = nn.Parameter(value.to(self._amax.device))
+        elif self._amax is None:
+            self._amax = value
+        else:
+            self._amax = value.to(self._amax.device)
+
     def _checked_amax(self, value) -> torch.Tensor:
-        amax = value.detach().float().clone() if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float32)
-        if amax.numel() == 0:
-            raise QuantizerStateError(f"{self._label()}: amax is empty")
-        if not bool(torch.isfinite(amax).all()):
-            raise QuantizerStateError(
-                f"{self._label()}: amax contains NaN or inf; the calibration data or the "
-                "weights hold non-finite values - check the inputs and recalibrate"
-            )
-        if bool((amax < 0).any()):
-            raise QuantizerStateError(f"{self._label()}: amax is negative ({amax.min().item():g}); amax is a magnitude and must be > 0")
-        if bool((amax == 0).all()):
-            raise QuantizerStateError(
-                f"{self._label()}: amax is 0, so nothing can be represented; calibrate on "
-                "data that reaches this layer, or disable this quantizer"
-            )
-        if self._axis is None and amax.numel() == 1:
-            amax = amax.reshape(())
-        return amax
+        return checked_amax(value, self._label())
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:
-        key = prefix + "_amax"
-        if key in state_dict:
-            value = state_dict[key]
-            if self._amax is not None and self._amax.shape != value.shape and not (
-                self._amax.numel() == 1 and value.numel() == 1
-            ):
-                raise QuantizerStateError(
-                    f"quantizer '{prefix[:-1]}': checkpoint amax has shape "
-                    f"{tuple(value.shape)} but the model's has {tuple(self._amax.shape)}; "
-                    "the checkpoint was made with another model or quantization axis"
-                )
-            if self._axis is None and value.numel() == 1:
-                value = value.reshape(())
-                state_dict[key] = value
-            if self._amax is None:
-                self.register_buffer("_amax", torch.empty_like(value, dtype=torch.float32))
-            elif self._amax.shape != value.shape:
-                self._amax.data = self._amax.data.reshape(value.shape)
+        # amax and pre_quant_scale are loaded whatever their shape (or absence) here
+        for key in ("_amax", "_pre_quant_scale"):
+            value = state_dict.get(prefix + key)
+            if value is None:
+                continue
+            value = value.detach().float()
+            if key == "_amax" and isinstance(self._amax, nn.Parameter):
+                self._store_amax(value)
+            else:
+                current = getattr(self, key)
+                device = current.device if current is not None else value.device
+                setattr(self, key, torch.empty(value.shape, device=device))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
 
     def extra_repr(self) -> str:
         if self._disabled:
             return "disabled"
-        parts = [f"{self._num_bits}bit", "narrow" if self._narrow_range else "full",
-                 "unsigned" if self._unsigned else "signed",
-                 "fake" if self._fake_quant else "real",
-                 "per-tensor" if self._axis is None else f"axis={self._axis}"]
+        parts = [f"{'unsigned ' if self._unsigned else ''}{self._num_bits}bit"]
+        parts += ["narrow"] if self._narrow_range else []
+        parts += ["fake" if self._fake_quant else "real"]
+        parts += ["per-tensor" if self._axis is None else f"axis={self._axis}"]
         amax = self._amax
         if amax is None:
-            parts.append("amax=None")
+            parts.append("amax=dynamic")
         elif amax.numel() == 1:
             parts.append(f"amax={float(amax):.4f}")
         else:
             parts.append(f"amax=[{float(amax.min()):.4f}, {float(amax.max()):.4f}]({amax.numel()})")
-        if self._learn_amax:
-            parts.append("learned")
-        if self._calibrator is not None:
-            parts.append(f"calibrator={type(self._calibrator).__name__}")
-        if self._if_calib:
-            parts.append("calib")
-        if self._if_quant:
-            parts.append("quant")
+        parts += [f"*{self._scale_amax}"] if self._scale_amax else []
+        parts += ["learned"] if self._learn_amax else []
+        parts += [f"calibrator={type(self._calibrator).__name__}"] if self._calibrator else []
+        parts += [name for name, on in (("quant", self._if_quant), ("clip", self._if_clip),
+                                        ("calib", self._if_calib)) if on]
         return " ".join(parts)
-
-

@@ -4,7 +4,9 @@ A checkpoint is a dict of plain types and tensors only:
 
     format      "trtqat-checkpoint/1"
     stage       "fp32" | "ptq" | "qat"
-    model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"}
+    model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"} and, when
+                recorded, "source" (model source, file and weights with SHA-256) and
+                "preprocess" (size, resize, mean, std, channels)
     state_dict  model weights (and quantizer amax buffers for quantized stages)
     optimizer, scheduler, epoch, rng, metrics, calib, args   (optional)
 
@@ -19,14 +21,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from trtqat.atomic import publish, temp_path
 from trtqat.errors import TrtqatError
+from trtqat.finite import check_finite_arrays
 
 FORMAT = "trtqat-checkpoint/1"
 
@@ -35,26 +38,23 @@ class CheckpointError(TrtqatError, RuntimeError):
     """A checkpoint is missing, unreadable or of the wrong kind."""
 
 
-def default_mode() -> int:
-    """The permissions a plain ``open()`` would give a new file (mkstemp makes them 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to ``path`` through a temporary file and an atomic rename."""
+    """Write ``payload`` to ``path`` through a temporary file and an atomic rename.
+
+    Refused (:class:`~trtqat.finite.NonFiniteError`) when a parameter or buffer of its
+    ``state_dict`` is NaN or inf: a poisoned model never replaces a good checkpoint.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_finite_arrays((payload.get("state_dict") or {}).items(), f"the model to save in {path}",
+                        "no checkpoint written; lower --lr and start again")
     payload = {"format": FORMAT, **payload}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temp_path(path)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             torch.save(payload, f)
-        os.chmod(tmp, default_mode())
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
 
@@ -65,8 +65,8 @@ def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     A later atomic replace of ``src`` leaves ``dst`` untouched: it keeps the old content.
     """
     src, dst = Path(src), Path(dst)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
+    tmp = temp_path(dst)
+    tmp.unlink()
     try:
         try:
             os.link(src, tmp)
@@ -97,11 +97,33 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated file, not a torch file, unpickling refused
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"cannot read checkpoint {path}: {first}") from None
+        # torch's own text may advise weights_only=False, which must never be used on a file
+        # of unknown origin: say what the file is instead
+        detail = "" if "weights_only" in str(exc) else f" ({first[:120]})"
+        raise CheckpointError(f"cannot read checkpoint {path}: it is not a file of tensors and "
+                              "plain types (corrupt, truncated, or it holds Python objects, "
+                              f"which trtqat never unpickles){detail}; pass a .pt written by "
+                              "trtqat train/calibrate/qat") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a trtqat checkpoint (no '{FORMAT}' marker): "
                               "pass a .pt written by trtqat train/calibrate/qat")
+    _check_fields(path, ckpt)
     return ckpt
+
+
+def _check_fields(path: Path, ckpt: dict[str, Any]) -> None:
+    """The keys every stage reads: a damaged or hand-made checkpoint is one clear line."""
+    spec = ckpt.get("model")
+    problem = None
+    if not isinstance(spec, dict):
+        problem = "no 'model' description"
+    elif spec.get("family") != "transformer" and not {"arch", "num_classes"} <= set(spec):
+        problem = "its 'model' entry lacks 'arch' or 'num_classes'"
+    elif not isinstance(ckpt.get("state_dict"), dict):
+        problem = "no 'state_dict' (the model weights)"
+    if problem:
+        raise CheckpointError(f"{path} is an incomplete trtqat checkpoint ({problem}): pass a "
+                              ".pt written by trtqat train/calibrate/qat, unmodified")
 
 
 def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
@@ -112,7 +134,7 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     checkpoint (``model.family == "transformer"``) gives its ``SentenceEncoder``; use
     ``trtqat.transformers.build_encoder_from_checkpoint`` for the tokenizer too.
     """
-    from trtqat.train.models import build_model
+    from trtqat.train.model_source import ModelSourceError, build, fit_state_dict, source_of
 
     if (ckpt.get("model") or {}).get("family") == "transformer":
         from trtqat.transformers.checkpoint import build_encoder_from_checkpoint
@@ -121,7 +143,7 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     spec = ckpt["model"]
     holds_quant = bool(spec.get("quantized"))
     quantized = holds_quant if quantized is None else quantized
-    model = build_model(spec["arch"], int(spec["num_classes"]), quantized=quantized)
+    model = build(source_of(spec), int(spec["num_classes"]), quantized=quantized)
     skip = tuple(spec.get("skip_layers") or ())
     if quantized and skip:
         from trtqat.quant.model_ops import disable_layers
@@ -131,21 +153,15 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     if not quantized:
         state = {k: v for k, v in state.items() if not _is_quantizer_key(k)}
     try:
-        result = model.load_state_dict(state, strict=False)
-    except (RuntimeError, TrtqatError) as exc:
-        raise CheckpointError(
-            f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes: "
-            f"{str(exc).splitlines()[0][:200]}"
-        ) from None
-    bad = [k for k in result.missing_keys if not _is_quantizer_key(k)]
-    bad += list(result.unexpected_keys)
-    if bad:
-        raise CheckpointError(
-            f"checkpoint does not fit a {spec['arch']} with {spec['num_classes']} classes "
-            f"({len(bad)} mismatched keys, e.g. {bad[0]}): it was saved from another architecture"
-        )
+        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
+                       f"{spec['num_classes']} classes")
+    except (ModelSourceError, RuntimeError) as exc:
+        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
+                              "architecture") from None
     return model
 
 
 def _is_quantizer_key(key: str) -> bool:
-    return "_quantizer." in key or key.startswith("_quantizer.")
+    from trtqat.train.model_source import is_quantizer_key
+
+    return is_quantizer_key(key)

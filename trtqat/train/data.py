@@ -1,4 +1,5 @@
-"""Data for the recipes: scikit-learn's digits, an ImageFolder on disk, or synthetic images.
+"""Data for the recipes: scikit-learn's digits, an ImageFolder on disk, or synthetic images
+(flat image folders and arrays for calibration: :mod:`trtqat.train.data_sources`).
 
 ``make_loaders`` is the one entry point: it returns ``(train_loader, val_loader,
 num_classes)``. The train loader shuffles (per epoch, reproducibly from ``seed``) and
@@ -19,12 +20,17 @@ from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 from torchvision.transforms import v2
 
 from trtqat.errors import TrtqatError
+from trtqat.train.data_sources import (  # noqa: F401  (IMAGENET_* re-exported from here)
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Preprocess,
+    hw,
+    make_preprocess,
+)
 
 log = logging.getLogger(__name__)
 
 BUILTIN = ("digits", "synthetic")
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0  # the digits split is fixed, whatever --seed says
 SYNTHETIC_SIZES = (1024, 256)  # train, val
@@ -81,9 +87,13 @@ class TransformDataset(Dataset):
         return (self.transform(x) if self.transform else x), int(self.labels[i])
 
 
-def _digits(image_size: int, augment: bool) -> tuple[Dataset, Dataset, int]:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+def _digits(size: tuple[int, int], channels: int, augment: bool
+            ) -> tuple[Dataset, Dataset, int]:
+    from trtqat.optional import require
+
+    load_digits = require("sklearn.datasets", "demo", "the digits data set").load_digits
+    train_test_split = require("sklearn.model_selection", "demo",
+                               "the digits data set").train_test_split
 
     bunch = load_digits()
     x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0  # N,1,8,8 in [0,1]
@@ -91,14 +101,14 @@ def _digits(image_size: int, augment: bool) -> tuple[Dataset, Dataset, int]:
     idx = torch.arange(len(y)).numpy()
     tr, va = train_test_split(idx, test_size=DIGITS_VAL_FRACTION, stratify=y.numpy(),
                               random_state=DIGITS_SPLIT_SEED)
-    x = torch.nn.functional.interpolate(x, size=(image_size, image_size), mode="bilinear",
-                                        align_corners=False).clamp_(0, 1).expand(-1, 3, -1, -1)
+    x = torch.nn.functional.interpolate(x, size=size, mode="bilinear",
+                                        align_corners=False).clamp_(0, 1).expand(-1, channels, -1, -1)
     mean, std = x[tr].mean().item(), x[tr].std().item()
     x = ((x - mean) / std).contiguous()
-    pad = max(1, image_size // 8)
+    pad = max(1, min(size) // 8)
     # Digits are not mirror-symmetric: shift and slightly rotate/scale, never flip.
     train_tf = v2.Compose([
-        v2.RandomCrop(image_size, padding=pad, fill=-mean / std),
+        v2.RandomCrop(size, padding=pad, fill=-mean / std),
         v2.RandomAffine(degrees=10, scale=(0.9, 1.1), fill=-mean / std),
     ])
     tr, va = torch.as_tensor(tr), torch.as_tensor(va)
@@ -108,14 +118,15 @@ def _digits(image_size: int, augment: bool) -> tuple[Dataset, Dataset, int]:
     return train, val, 10
 
 
-def _synthetic(image_size: int, num_classes: int, seed: int) -> tuple[Dataset, Dataset, int]:
+def _synthetic(size: tuple[int, int], channels: int, num_classes: int, seed: int
+               ) -> tuple[Dataset, Dataset, int]:
     """Class-dependent patterns plus noise: learnable, so loss goes down, and instant."""
     g = torch.Generator().manual_seed(seed)
-    protos = torch.randn(num_classes, 3, image_size, image_size, generator=g)
+    protos = torch.randn(num_classes, channels, *size, generator=g)
     sets = []
     for n in SYNTHETIC_SIZES:
         y = torch.randint(0, num_classes, (n,), generator=g)
-        x = protos[y] + torch.randn(n, 3, image_size, image_size, generator=g)
+        x = protos[y] + torch.randn(n, channels, *size, generator=g)
         sets.append(TensorDataset(x, y))
     return sets[0], sets[1], num_classes
 
@@ -131,38 +142,60 @@ def _is_readable(path: str) -> bool:
         return False
 
 
-def _scan_split(root: Path, split: str, strict: bool):
+def _readable_images(folder: Path, recursive: bool = True) -> tuple[list[Path], list[Path]]:
+    """(readable, unreadable) image files in ``folder``, sorted."""
     from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
+    found = folder.rglob("*") if recursive else folder.iterdir()
+    files = sorted(p for p in found
+                   if p.is_file() and has_file_allowed_extension(p.name, IMG_EXTENSIONS))
+    ok = {p: _is_readable(str(p)) for p in files}
+    return [p for p in files if ok[p]], [p for p in files if not ok[p]]
+
+
+def _report_unreadable(bad: list[Path], folder: Path, strict: bool) -> None:
+    if not bad:
+        return
+    if strict:
+        raise DataError(f"{len(bad)} unreadable image(s) in {folder}, e.g. {bad[0]}: "
+                        "fix or remove them, or drop --strict to skip them")
+    log.warning("skipping %d unreadable image(s) in %s, e.g. %s", len(bad), folder, bad[0])
+
+
+def list_images(folder: Path, strict: bool = False, recursive: bool = True) -> list[Path]:
+    """The readable images in ``folder``; :class:`DataError` if there is none (or, with
+    ``strict``, if any is unreadable)."""
+    if not folder.is_dir():
+        raise DataError(f"--data {folder}: no such folder")
+    good, bad = _readable_images(folder, recursive)
+    if not good:
+        found = f" ({len(bad)} unreadable, e.g. {bad[0].name})" if bad else ""
+        raise DataError(f"{folder} holds no images (.jpg, .png, ...){found}: put readable "
+                        "calibration images directly in it")
+    _report_unreadable(bad, folder, strict)
+    return good
+
+
+def _scan_split(root: Path, split: str, strict: bool):
     folder = root / split
     classes = sorted(d.name for d in os.scandir(folder) if d.is_dir())
     if not classes:
         raise DataError(f"{folder} holds no class folders: put images in {folder}/<class>/")
     samples, bad, empty = [], [], []
     for ci, cls in enumerate(classes):
-        files = sorted(p for p in (folder / cls).rglob("*")
-                       if p.is_file() and has_file_allowed_extension(p.name, IMG_EXTENSIONS))
-        good = 0
-        for p in files:
-            if _is_readable(str(p)):
-                samples.append((str(p), ci))
-                good += 1
-            else:
-                bad.append(p)
-        if good == 0:
+        good, unreadable = _readable_images(folder / cls)
+        samples += [(str(p), ci) for p in good]
+        bad += unreadable
+        if not good:
             empty.append(cls)
-    if bad:
-        if strict:
-            raise DataError(f"{len(bad)} unreadable image(s) in {folder}, e.g. {bad[0]}: "
-                            "fix or remove them, or drop --strict to skip them")
-        log.warning("skipping %d unreadable image(s) in %s, e.g. %s", len(bad), folder, bad[0])
+    _report_unreadable(bad, folder, strict)
     if empty:
         raise DataError(f"class folder(s) with no readable image in {folder}: "
                         f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}")
     return classes, samples, len(bad)
 
 
-def _image_folder(root: Path, image_size: int, strict: bool, augment: bool
+def _image_folder(root: Path, prep: Preprocess, strict: bool, augment: bool
                   ) -> tuple[Dataset, Dataset, int]:
     from torchvision.datasets import ImageFolder
 
@@ -171,21 +204,20 @@ def _image_folder(root: Path, image_size: int, strict: bool, augment: bool
                         "ImageFolder path with train/ and val/")
     for split in ("train", "val"):
         if not (root / split).is_dir():
-            raise DataError(f"{root} has no {split}/ folder: an ImageFolder data set needs "
-                            f"{root}/train/<class>/*.jpg and {root}/val/<class>/*.jpg")
+            raise DataError(f"{root} has no {split}/ folder: training and evaluation need "
+                            f"labels, {root}/train/<class>/*.jpg and {root}/val/<class>/*.jpg "
+                            "(a flat folder of images or a .npy/.npz serves calibration only)")
     tr_classes, tr_samples, _ = _scan_split(root, "train", strict)
     va_classes, va_samples, _ = _scan_split(root, "val", strict)
     if tr_classes != va_classes:
         raise DataError(f"{root}/train and {root}/val have different class folders "
                         f"({len(tr_classes)} vs {len(va_classes)}): they must match")
-    norm = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    train_tf = v2.Compose([v2.PILToTensor(), v2.RandomResizedCrop(image_size, antialias=True),
-                           v2.RandomHorizontalFlip(), *norm])
-    resize = int(math.floor(image_size / 0.875))
-    eval_tf = v2.Compose([v2.PILToTensor(), v2.Resize(resize, antialias=True),
-                          v2.CenterCrop(image_size), *norm])
+    if len(tr_classes) < 2:
+        raise DataError(f"{root}/train has {len(tr_classes)} class folder ({tr_classes[0]}): a "
+                        "classifier needs at least 2, one sub-folder per class")
+    eval_tf = prep.eval_transform()
+    train_tf = prep.train_transform() if augment else eval_tf
     out = []
-    train_tf = train_tf if augment else eval_tf
     for split, samples, tf in (("train", tr_samples, train_tf), ("val", va_samples, eval_tf)):
         ds = ImageFolder(str(root / split), transform=tf)
         ds.samples = ds.imgs = samples  # only the images that opened
@@ -194,20 +226,29 @@ def _image_folder(root: Path, image_size: int, strict: bool, augment: bool
     return out[0], out[1], len(tr_classes)
 
 
-def make_datasets(data: str = "digits", image_size: int = 32, seed: int = 0, *,
-                  num_classes: int | None = None, strict: bool = False, augment: bool = True
-                  ) -> tuple[Dataset, Dataset, int]:
+def make_datasets(data: str = "digits", image_size: int | tuple[int, int] = 32, seed: int = 0,
+                  *, num_classes: int | None = None, strict: bool = False, augment: bool = True,
+                  prep: Preprocess | None = None) -> tuple[Dataset, Dataset, int]:
     """(train, val, num_classes) datasets; raises :class:`DataError` on bad input.
 
     ``augment=False`` gives the train images with eval transforms (for calibration).
+    ``prep`` (resize, crop, mean/std, channels) defaults to ImageNet statistics at
+    ``image_size`` (an int or ``(height, width)``).
     """
-    if image_size < 8:
+    prep = prep or make_preprocess(image_size)
+    if min(hw(image_size)) < 8:
         raise DataError(f"--image-size must be >= 8, got {image_size}")
     if data == "digits":
-        return _digits(image_size, augment)
+        return _digits(hw(image_size), prep.channels, augment)
     if data == "synthetic":
-        return _synthetic(image_size, num_classes or 10, seed)
-    return _image_folder(Path(data), image_size, strict, augment)
+        return _synthetic(hw(image_size), prep.channels, num_classes or 10, seed)
+    from trtqat.train.data_sources import data_kind
+
+    if data_kind(data) in ("flat", "array"):
+        raise DataError(f"--data {data} has no labels: training and evaluation need an "
+                        "ImageFolder (train/<class>/, val/<class>/), digits or synthetic; "
+                        "flat image folders and .npy/.npz serve calibration only")
+    return _image_folder(Path(data), prep, strict, augment)
 
 
 def _dist_info(distributed: bool) -> tuple[int, int]:
@@ -248,9 +289,10 @@ def make_loader(dataset: Dataset, batch_size: int = 64, workers: int = 0, seed: 
                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
 
 
-def make_loaders(data: str = "digits", image_size: int = 32, batch_size: int = 64,
-                 workers: int = 0, seed: int = 0, distributed: bool = False, *,
-                 num_classes: int | None = None, strict: bool = False
+def make_loaders(data: str = "digits", image_size: int | tuple[int, int] = 32,
+                 batch_size: int = 64, workers: int = 0, seed: int = 0,
+                 distributed: bool = False, *, num_classes: int | None = None,
+                 strict: bool = False, prep: Preprocess | None = None
                  ) -> tuple[DataLoader, DataLoader, int]:
     """(train_loader, val_loader, num_classes) for ``data`` ('digits', 'synthetic' or a path).
 
@@ -262,6 +304,6 @@ def make_loaders(data: str = "digits", image_size: int = 32, batch_size: int = 6
     if batch_size < 1:
         raise DataError(f"--batch-size must be >= 1, got {batch_size}")
     train, val, n_cls = make_datasets(data, image_size, seed, num_classes=num_classes,
-                                      strict=strict)
+                                      strict=strict, prep=prep)
     return (make_loader(train, batch_size, workers, seed, distributed, train=True),
             make_loader(val, batch_size, workers, seed, distributed, train=False), n_cls)

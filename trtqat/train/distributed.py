@@ -43,7 +43,8 @@ class DistContext:
         return self.rank == 0
 
 
-def _pick_device(device: str, local_rank: int) -> torch.device:
+def pick_device(device: str, local_rank: int = 0) -> torch.device:
+    """``--device`` (auto, cpu, cuda, cuda:N) as a torch.device; refuses CUDA without a GPU."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
@@ -63,7 +64,7 @@ def setup(device: str = "auto") -> DistContext:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = _pick_device(device, local_rank)
+    dev = pick_device(device, local_rank)
     owns = False
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"

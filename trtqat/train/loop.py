@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from trtqat.errors import TrtqatError
 from trtqat.train import distributed as D
+from trtqat.train.accel import Accel
 from trtqat.train.checkpoint import copy_checkpoint, save_checkpoint
 from trtqat.train.run_dir import RunDir
 
@@ -56,12 +57,15 @@ def _steps(loader: Iterable, limit: int | None) -> int | None:
 
 def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler, ctx: D.DistContext, epoch: int,
-                    *, limit: int | None = None, progress: bool = True, desc: str = "train"
-                    ) -> dict[str, float]:
+                    *, limit: int | None = None, progress: bool = True, desc: str = "train",
+                    accel: Accel | None = None) -> dict[str, float]:
     """One pass over ``loader`` (at most ``limit`` batches), stepping the LR every batch.
+
+    ``accel`` adds autocast, channels_last inputs and the fp16 gradient scaler.
 
     Raises :class:`NonFiniteLossError` (on every rank at once) if the loss is NaN or inf.
     """
+    acc = accel or Accel(ctx.device)
     model.train()
     sampler = getattr(loader, "sampler", None)
     if hasattr(sampler, "set_epoch"):
@@ -73,17 +77,17 @@ def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
     for step, (x, y) in enumerate(bar):
         if limit is not None and step >= limit:
             break
-        x = x.to(ctx.device, non_blocking=True)
+        x = acc.inputs(x.to(ctx.device, non_blocking=True))
         y = y.to(ctx.device, non_blocking=True)
-        out = model(x)
-        loss = criterion(out, y)
+        with acc.autocast():
+            out = model(x)
+            loss = criterion(out, y)
         loss_value = float(loss.detach())
         if not D.all_true(ctx, math.isfinite(loss_value)):
             raise NonFiniteLossError(f"the loss became {loss_value:g} at epoch {epoch}, "
                                      f"step {step}")
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        acc.backward_step(loss, optimizer)
         scheduler.step()
         n = y.shape[0]
         c1, c5 = _topk_correct(out.detach(), y)
@@ -100,9 +104,11 @@ def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable, ctx: D.DistContext | None = None, *,
              criterion: nn.Module | None = None, limit: int | None = None,
-             progress: bool = True, desc: str = "eval") -> dict[str, float]:
+             progress: bool = True, desc: str = "eval", accel: Accel | None = None
+             ) -> dict[str, float]:
     """Loss, top-1 and top-5 (percent) of ``model`` on ``loader``, summed over all ranks."""
     ctx = ctx or D.DistContext()
+    acc = accel or Accel(ctx.device)
     criterion = criterion or nn.CrossEntropyLoss()
     model = D.unwrap(model)
     was_training = model.training
@@ -116,10 +122,12 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: D.DistContext | None = Non
             if limit is not None and step >= limit:
                 break
             x, y = x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
-            out = model(x)
+            with acc.autocast():
+                out = model(acc.inputs(x))
+                loss = float(criterion(out, y))
             c1, c5 = _topk_correct(out, y)
             n = y.shape[0]
-            sums += torch.tensor([float(criterion(out, y)) * n, c1, c5, n], dtype=torch.float64)
+            sums += torch.tensor([loss * n, c1, c5, n], dtype=torch.float64)
     finally:
         model.train(was_training)
     elapsed = time.perf_counter() - start
@@ -134,8 +142,8 @@ def fit(*, stage: str, model: nn.Module, train_loader: Iterable, val_loader: Ite
         criterion: nn.Module, optimizer: torch.optim.Optimizer, scheduler, ctx: D.DistContext,
         run: RunDir, start_epoch: int, epochs: int, best_top1: float, wall_offset: float,
         payload: Callable[[int, dict[str, Any], float, float], dict[str, Any]],
-        limit: int | None = None, stop_after: int | None = None, progress: bool = True
-        ) -> dict[str, Any]:
+        limit: int | None = None, stop_after: int | None = None, progress: bool = True,
+        accel: Accel | None = None) -> dict[str, Any]:
     """Train epochs ``start_epoch+1 .. epochs``; after each, evaluate, log and checkpoint.
 
     ``model`` may be wrapped in DDP. ``payload(epoch, record, best_top1, wall_time)`` builds
@@ -143,15 +151,19 @@ def fit(*, stage: str, model: nn.Module, train_loader: Iterable, val_loader: Ite
     appended before the checkpoint is replaced, so a resume can drop lines it has no
     checkpoint for. Returns the last record and the best top-1.
     """
+    from trtqat.train.health import check_epoch
+
     t0 = time.perf_counter()
     record: dict[str, Any] = {}
     for epoch in range(start_epoch + 1, epochs + 1):
         lr = optimizer.param_groups[0]["lr"]
         tr = train_one_epoch(model, train_loader, criterion, optimizer, scheduler, ctx, epoch,
-                             limit=limit, progress=progress, desc=f"{stage} {epoch}/{epochs}")
+                             limit=limit, progress=progress, desc=f"{stage} {epoch}/{epochs}",
+                             accel=accel)
         D.broadcast_buffers(ctx, D.unwrap(model))
         va = evaluate(model, val_loader, ctx, criterion=criterion, limit=limit,
-                      progress=progress, desc=f"val {epoch}/{epochs}")
+                      progress=progress, desc=f"val {epoch}/{epochs}", accel=accel)
+        check_epoch(model, va["loss"], epoch, ctx)  # a poisoned epoch writes no checkpoint
         wall = wall_offset + time.perf_counter() - t0
         record = {"stage": stage, "epoch": epoch, "epochs": epochs,
                   "train_loss": tr["loss"], "train_top1": tr["top1"], "train_top5": tr["top5"],

@@ -20,11 +20,15 @@ from trtqat.errors import QuantizerStateError
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
+from trtqat.train.accel import Accel, AccelOptions
 from trtqat.train.checkpoint import CheckpointError, build_from_checkpoint
 from trtqat.train.data import make_loaders
-from trtqat.train.fp32 import TrainConfig, _kept
+from trtqat.train.data_sources import preprocess_of
+from trtqat.train.fp32 import TrainConfig
+from trtqat.train.health import kept_message
 from trtqat.train.loop import NonFiniteLossError, evaluate, fit
-from trtqat.train.run_dir import RunDir, check_out_dir
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
 
 
 @dataclass
-class QATConfig:
+class QATConfig(AccelOptions):
     """Options of ``trtqat qat``; None means "derive from the FP32 run" (see module doc)."""
 
     checkpoint: str = ""
@@ -49,7 +53,11 @@ class QATConfig:
     skip_layers: tuple[str, ...] = ()
     model: str | None = None
     data: str | None = None
-    image_size: int | None = None
+    image_size: int | tuple[int, int] | None = None
+    resize: int | tuple[int, int] | str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    channels: int | None = None
     batch_size: int | None = None
     workers: int = 0
     seed: int = 0
@@ -108,25 +116,39 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
     "out": run folder}``.
     """
     ctx = D.setup(cfg.device)
-    run = None
+    run = guard = None
     try:
-        out = check_out_dir(cfg.out, cfg.resume, cfg.overwrite)
+        acc = Accel.setup(cfg, ctx.device)  # bad options refused before the folder is touched
+        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main,
+                         inputs=[("--checkpoint", cfg.checkpoint)])
+        out = guard.path
         src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat")
         spec = dict(src["model"])
         train_args = dict(src.get("train_args") or {})
         if not train_args:
+            if cfg.data is None:
+                raise R.ConfigError(f"{cfg.checkpoint} was calibrated from a float model, not "
+                                    "a `trtqat train` run, so QAT has no training data to "
+                                    "inherit: pass --data (an ImageFolder with train/ and "
+                                    "val/, or digits)")
             log.warning("%s records no FP32 run options: QAT defaults assume the %s ones",
                         cfg.checkpoint, "`trtqat train`")
         r = cfg.resolved(train_args)
+        prep = preprocess_of(cfg, spec.get("preprocess"), spec.get("image_size")
+                             or r["image_size"])
+        r["image_size"] = prep.image_size
         D.seed_everything(cfg.seed, ctx.rank)
         train_loader, val_loader, data_classes = make_loaders(
             r["data"], r["image_size"], r["batch_size"], cfg.workers, cfg.seed,
             distributed=ctx.distributed, num_classes=train_args.get("num_classes"),
-            strict=cfg.strict)
+            strict=cfg.strict, prep=prep)
         if data_classes > int(spec["num_classes"]):
             raise CheckpointError(f"the data has {data_classes} classes but the checkpoint's "
                                   f"{spec['arch']} predicts {spec['num_classes']}")
-        args = R.as_args(cfg, model=spec["arch"], world_size=ctx.world_size, **r)
+        args = R.as_args(cfg, model=(spec.get("source") or {}).get("model", spec["arch"]),
+                         world_size=ctx.world_size, resize=prep.resize, mean=prep.mean,
+                         std=prep.std, channels=prep.channels, **r)
+        spec.update(image_size=prep.image_size, preprocess=prep.to_dict())
         resume_ckpt = R.load_resume(out, "qat", args, ctx) if cfg.resume else None
         model = build_from_checkpoint(src).to(ctx.device)
         if cfg.skip_layers:  # left in float for fine-tuning; recorded with the calibrate-time ones
@@ -134,6 +156,8 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
             spec["skip_layers"] = list(dict.fromkeys([*(spec.get("skip_layers") or []),
                                                       *cfg.skip_layers]))
         _check_calibrated(model, str(cfg.checkpoint))
+        acc.prepare(model)
+        fast = acc.compiled(model)  # shares model's parameters; checkpoints come from model
         optimizer = R.build_optimizer(r["opt"], model, r["lr"], r["momentum"],
                                       r["weight_decay"])
         steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
@@ -143,6 +167,7 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         start_top1 = (src.get("metrics") or {}).get("val_top1")
         if resume_ckpt is not None:
             start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
+            acc.load_checkpoint_state(resume_ckpt)
         run = RunDir(out, enabled=ctx.is_main)
         extra = {"calib": src.get("calib"), "train_args": train_args}
         if cfg.resume:
@@ -150,8 +175,8 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
             run.truncate_metrics("qat", start)
         else:
             t0 = time.perf_counter()
-            va = evaluate(model, val_loader, ctx, criterion=criterion, limit=cfg.limit_batches,
-                          progress=cfg.progress, desc="val start")
+            va = evaluate(fast, val_loader, ctx, criterion=criterion, limit=cfg.limit_batches,
+                          progress=cfg.progress, desc="val start", accel=acc)
             start_top1 = va["top1"]
             run.start(args, resume=False)
             run.log_metrics({"stage": "qat", "epoch": 0, "epochs": r["epochs"],
@@ -163,20 +188,23 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         def make_payload(epoch: int, record: dict, best_top1: float, wall_s: float) -> dict:
             return R.payload(stage="qat", model=model, spec=spec, epoch=epoch, args=args,
                              ctx=ctx, metrics=record, optimizer=optimizer, scheduler=scheduler,
-                             best_top1=best_top1, wall_time_s=wall_s, **extra)
+                             best_top1=best_top1, wall_time_s=wall_s, **extra,
+                             **acc.checkpoint_state())
 
         try:
-            result = fit(stage="qat", model=D.wrap(ctx, model), train_loader=train_loader,
+            result = fit(stage="qat", model=D.wrap(ctx, fast), train_loader=train_loader,
                          val_loader=val_loader, criterion=criterion, optimizer=optimizer,
                          scheduler=scheduler, ctx=ctx, run=run, start_epoch=start,
                          epochs=r["epochs"], best_top1=best, wall_offset=wall,
                          payload=make_payload, limit=cfg.limit_batches,
-                         stop_after=cfg.stop_after, progress=cfg.progress)
+                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {_kept(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return {**result, "start_top1": start_top1, "out": str(out)}
     finally:
         if run is not None:
             run.close()
+        if guard is not None:
+            guard.close()
         D.cleanup(ctx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
+from trtqat.finite import check_finite_arrays
+from trtqat.train import accel
 from trtqat.train import distributed as D
 from trtqat.train.checkpoint import CheckpointError, load_checkpoint
 from trtqat.train.loop import cosine_lambda
@@ -25,7 +28,7 @@ log = logging.getLogger(__name__)
 OPTIMIZERS = ("sgd", "adamw")
 # Options that may change between a run and its --resume without changing the result.
 RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
-               "strict", "world_size"}
+               "strict", "world_size", "compile", "channels_last"}
 
 
 class ConfigError(TrtqatError, ValueError):
@@ -38,20 +41,25 @@ def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool =
         value = getattr(cfg, name, None)
         if value is None and allow_none:
             continue
-        if value is None or (value < 0 if zero else value <= 0):
+        if value is None or not math.isfinite(value) or (value < 0 if zero else value <= 0):
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} must be {'>= 0' if zero else '> 0'}, got {value}")
+            raise ConfigError(f"{flag} must be a finite number {'>= 0' if zero else '> 0'}, "
+                              f"got {value}")
 
 
 def check_common(cfg: Any) -> None:
     """Checks shared by every recipe config (data, batches, device, run folder)."""
-    check_positive(cfg, "batch_size", "image_size", "limit_batches", "stop_after",
-                   allow_none=True)
+    check_positive(cfg, "batch_size", "limit_batches", "stop_after", allow_none=True)
+    if getattr(cfg, "image_size", None) is not None:
+        from trtqat.train.data_sources import parse_size
+
+        cfg.image_size = parse_size(cfg.image_size)  # N or HxW, each > 0
     check_positive(cfg, "workers", zero=True)
     if not str(cfg.out):
         raise ConfigError("--out must name a run folder")
     if getattr(cfg, "resume", False) and cfg.overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
+    accel.check_options(cfg)
 
 
 def as_args(cfg: Any, **resolved: Any) -> dict[str, Any]:
@@ -99,16 +107,27 @@ def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, ve
         raise CheckpointError(f"{path} is a sentence-encoder checkpoint: run `trtqat {verb}` "
                               "on it (the command routes encoders), or use "
                               "trtqat.transformers.runs from Python")
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {path}",
+                        "train it again with a lower --lr")
     stage = ckpt.get("stage")
     if stage not in stages:
         hint = {"fp32": "calibrate it first: trtqat calibrate --checkpoint " + str(path)}.get(
             stage, f"{verb} needs a checkpoint of stage {' or '.join(stages)}")
         raise CheckpointError(f"{path} holds a {stage!r} checkpoint: {hint}")
     arch = ckpt["model"]["arch"]
-    if model is not None and model != arch:
+    recorded = (ckpt["model"].get("source") or {}).get("model")
+    if model is not None and model not in (arch, recorded) and not _same_file(model, recorded):
         raise CheckpointError(f"{path} holds a {arch}, not a {model}: pass the checkpoint of "
                               f"a {model} run, or drop --model")
     return ckpt
+
+
+def _same_file(model: str, recorded: str | None) -> bool:
+    """``my.py:make`` given relative names the absolute ``/path/my.py:make`` recorded."""
+    if not recorded or ".py:" not in model:
+        return False
+    file, _, factory = model.rpartition(":")
+    return f"{Path(file).resolve()}:{factory}" == recorded
 
 
 def load_resume(out: Path, stage: str, args: dict[str, Any], ctx: D.DistContext
@@ -135,7 +154,7 @@ def load_resume(out: Path, stage: str, args: dict[str, Any], ctx: D.DistContext
 def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer,
             scheduler, ctx: D.DistContext) -> tuple[int, float, float]:
     """Load a resume checkpoint into the live objects; returns (epoch, best top-1, wall time)."""
-    model.load_state_dict(ckpt["state_dict"])
+    model.load_state_dict(accel.strip_compiled_prefix(ckpt["state_dict"]))
     optimizer.load_state_dict(ckpt["optimizer"])
     scheduler.load_state_dict(ckpt["scheduler"])
     rng = ckpt.get("rng") or []
@@ -150,7 +169,7 @@ def payload(*, stage: str, model: nn.Module, spec: dict[str, Any], epoch: int,
             optimizer: torch.optim.Optimizer | None = None, scheduler=None,
             best_top1: float = -1.0, wall_time_s: float = 0.0, **extra: Any) -> dict[str, Any]:
     """A checkpoint dict (plain types and tensors). Runs a collective: call on every rank."""
-    ckpt = {"stage": stage, "model": spec, "state_dict": D.unwrap(model).state_dict(),
+    ckpt = {"stage": stage, "model": spec, "state_dict": accel.plain_state_dict(model),
             "epoch": epoch, "rng": D.gather_rng_states(ctx), "metrics": metrics,
             "best_top1": best_top1, "wall_time_s": wall_time_s, "args": args, **extra}
     if optimizer is not None:

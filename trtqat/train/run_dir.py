@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from trtqat.atomic import write_atomic
 from trtqat.errors import TrtqatError
-from trtqat.train.checkpoint import default_mode
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +28,7 @@ class RunDirError(TrtqatError, RuntimeError):
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, default_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda f: f.write(text.encode()))
 
 
 def check_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool) -> Path:

@@ -61,7 +61,7 @@ class SensitivityConfig:
     batches: int | None = None  # validation batches (default: the whole split)
     batch_size: int | None = None
     data: str | None = None
-    image_size: int | None = None
+    image_size: int | tuple[int, int] | None = None
     top: int = 10
     suggest: int = 0
     cache: bool = True  # False: full forward passes only
@@ -77,7 +77,11 @@ class SensitivityConfig:
         if self.metric not in METRICS:
             raise SensitivityError(f"unknown --metric {self.metric!r}: use one of "
                                    f"{', '.join(METRICS)}")
-        for name in ("batches", "batch_size", "image_size"):
+        if self.image_size is not None:
+            from trtqat.train.data_sources import parse_size
+
+            self.image_size = parse_size(self.image_size)
+        for name in ("batches", "batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise SensitivityError(f"--{name.replace('_', '-')} must be >= 1, got {value}")

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from trtqat.atomic import write_atomic
+from trtqat.errors import TrtqatError
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 from trtqat.train.sensitivity import (
     SensitivityConfig,
@@ -26,19 +27,19 @@ PLOT_LAYERS = 30
 
 
 def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from trtqat.train.distributed import pick_device
+
     try:
-        return torch.device(name)
-    except RuntimeError:
-        raise SensitivityError(f"unknown --device {name!r}: use auto, cpu, cuda or cuda:N"
-                               ) from None
+        return pick_device(name)  # also refuses --device cuda without a GPU
+    except TrtqatError as exc:
+        raise SensitivityError(str(exc)) from None
 
 
 def load_for_sensitivity(cfg: SensitivityConfig):
     """(model, layers, validation batches in memory, info) for ``cfg``; checks the checkpoint."""
     from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
     from trtqat.train.data import make_loaders
+    from trtqat.train.data_sources import make_preprocess
 
     ckpt = load_checkpoint(cfg.checkpoint)
     spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
@@ -64,10 +65,12 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     args = ckpt.get("args") or {}
     train_args = ckpt.get("train_args") or {}
     data = cfg.data or args.get("data") or train_args.get("data") or "digits"
-    image_size = int(cfg.image_size or spec.get("image_size") or args.get("image_size") or 32)
+    prep = make_preprocess(cfg.image_size, recorded=spec.get("preprocess"),
+                           default_size=spec.get("image_size") or args.get("image_size") or 32)
+    image_size = prep.image_size
     batch_size = int(cfg.batch_size or args.get("batch_size") or 64)
     kwargs = {"num_classes": int(spec["num_classes"])} if data == "synthetic" else {}
-    _, val_loader, _ = make_loaders(data, image_size, batch_size, 0, 0, **kwargs)
+    _, val_loader, _ = make_loaders(data, image_size, batch_size, 0, 0, prep=prep, **kwargs)
     batches = [(x.to(device), y.to(device)) for x, y in islice(val_loader, cfg.batches)]
     if not batches:
         raise SensitivityError(f"the validation split of {data!r} is empty")
@@ -115,9 +118,9 @@ def commands(info: dict[str, Any], skip: list[str], k: int) -> list[str]:
 # --------------------------------------------------------------------------- outputs
 def plot(result: SensitivityResult, path: Path) -> None:
     """sensitivity.png: a horizontal bar chart of the most sensitive layers."""
-    import matplotlib
+    from trtqat.optional import require
 
-    matplotlib.use("Agg")
+    require("matplotlib", "report", "the sensitivity chart").use("Agg")
     import matplotlib.pyplot as plt
 
     rows = result.rows[:PLOT_LAYERS]

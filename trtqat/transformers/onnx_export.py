@@ -10,15 +10,21 @@ post-processing (int8 weight initializers, opset conversion, fp16 conversion, me
 Validation, per variant, on real tokenized sentences at each ``(batch, sequence)`` of
 ``shapes`` (two different ones prove both axes are dynamic): onnx.checker, ONNX Runtime
 (CPU, graph optimisations off) against PyTorch, and the TensorRT Q/DQ lint for INT8.
-Embedding fidelity replaces top-1 agreement: every sentence's ORT embedding must have a
-cosine of at least :data:`MIN_COSINE` with PyTorch's (the *minimum* over sentences, so one
-broken row, e.g. a padded one, cannot hide behind a mean). fp32: 0.999 (same arithmetic;
-measured 1 - 1e-7), fp16: 0.99. int8: 0.98, int8-fp16: 0.97, because the file and the
-PyTorch fake-quant model legitimately differ on real encoders: ONNX QuantizeLinear
-saturates at -128 where the narrow-range PyTorch quantizer stops at -127 (many values once
-mse/percentile calibration clips), and all-MiniLM-L6-v2's outlier channels make one flipped
-code a large step (measured, mse PTQ at 2x128 and 3x9: int8 min 0.987, int8-fp16 0.976;
-max calibration: 1.0). The tiny test BERT gives 1 - 1e-6.
+Embedding fidelity replaces top-1 agreement: the *mean* cosine of ORT's embeddings with
+PyTorch's must reach :data:`MIN_MEAN_COSINE`, and every sentence's cosine the floor
+:data:`MIN_COSINE` (so one broken row, e.g. a padded one, cannot hide behind the mean).
+fp32: 0.999 both (same arithmetic; measured 1 - 1e-7), fp16: 0.99 both. int8: mean 0.999,
+floor 0.98. Quantizers default to the full range [-128, 127], which is what ONNX
+QuantizeLinear and TensorRT's Q compute, so the Q/DQ file and the PyTorch fake-quant model
+agree up to float rounding. Measured on all-MiniLM-L6-v2 PTQ at 2x16, 3x9, 2x128 and 3x7:
+int8 mean 0.99999 (mse), 0.99983 (percentile 99.99), 0.99967 (max), 0.99959 (entropy),
+lowest sentence 0.9967; with the old narrow-range default, mse at 2x128 and 3x9 gave mean
+0.996, min 0.991. The floor sits below the mean because a quantized encoder is
+discontinuous: a last-bit difference in a matmul flips a code and some sentences amplify it
+(mse at 8x32: mean 0.9965, min 0.9906). int8-fp16: mean 0.965, floor 0.94, because fp16
+arithmetic before each QuantizeLinear flips many codes (measured mean 0.974 to 0.996 over
+the four calibrators, lowest sentence 0.956; the same with either range).
+The tiny test BERT gives 1 - 1e-6.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ from trtqat.transformers.export import (
 
 log = logging.getLogger(__name__)
 
-MIN_COSINE = {"fp32": 0.999, "fp16": 0.99, "int8": 0.98, "int8-fp16": 0.97}
+MIN_MEAN_COSINE = {"fp32": 0.999, "fp16": 0.99, "int8": 0.999, "int8-fp16": 0.965}
+MIN_COSINE = {"fp32": 0.999, "fp16": 0.99, "int8": 0.98, "int8-fp16": 0.94}  # every sentence
 FP32_MAX_ABS = 1e-4  # fp32 embeddings (unit vectors when normalized) also match elementwise
 DEFAULT_SHAPES = ((2, 16), (3, 9))
 
@@ -122,7 +129,8 @@ def _cosines(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 def fidelity_check(variant: str, name: str, pairs: Sequence[tuple[np.ndarray, np.ndarray]],
                    shapes: Sequence[tuple[int, int]]) -> val.Check:
-    """One line: max abs diff and the mean/min cosine of ORT vs PyTorch embeddings."""
+    """One line: max abs diff and the mean/min cosine of ORT vs PyTorch embeddings (the mean
+    must reach :data:`MIN_MEAN_COSINE`, every sentence :data:`MIN_COSINE`)."""
     title = f"output '{name}' vs PyTorch" + (" fake-quant" if variant in INT8_VARIANTS else "")
     for (got, ref), shape in zip(pairs, shapes):
         if got.shape != ref.shape:
@@ -131,9 +139,10 @@ def fidelity_check(variant: str, name: str, pairs: Sequence[tuple[np.ndarray, np
     cos = np.concatenate([_cosines(g.astype(np.float64), r.astype(np.float64))
                           for g, r in pairs])
     max_abs = max(float(np.abs(g - r).max(initial=0.0)) for g, r in pairs)
-    tol = MIN_COSINE[variant]
-    ok = bool(np.isfinite(cos).all()) and float(cos.min()) >= tol
-    detail = (f"cosine mean {cos.mean():.6f}, min {cos.min():.6f} (>= {tol}), "
+    tol, mean_tol = MIN_COSINE[variant], MIN_MEAN_COSINE[variant]
+    ok = (bool(np.isfinite(cos).all()) and float(cos.min()) >= tol
+          and float(cos.mean()) >= mean_tol)
+    detail = (f"cosine mean {cos.mean():.6f} (>= {mean_tol}), min {cos.min():.6f} (>= {tol}), "
               f"max abs diff {max_abs:.3g}")
     if variant == "fp32":
         ok = ok and max_abs <= FP32_MAX_ABS
@@ -237,5 +246,5 @@ def export_encoder(model: nn.Module, tokenizer, path: str | os.PathLike, variant
     return exporter.export(path, variant, opset, validate=validate, metadata=metadata)
 
 
-__all__ = ["DEFAULT_SHAPES", "MIN_COSINE", "EncoderExporter", "encoder_to_onnx",
+__all__ = ["DEFAULT_SHAPES", "MIN_COSINE", "MIN_MEAN_COSINE", "EncoderExporter", "encoder_to_onnx",
            "export_encoder", "fidelity_check"]

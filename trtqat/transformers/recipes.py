@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from trtqat.errors import QuantizerStateError, TrtqatError
 from trtqat.quant.model_ops import AMAX_METHODS, collect_stats, compute_amax, quantizers
+from trtqat.train.accel import Accel
 from trtqat.train.loop import cosine_lambda
 from trtqat.transformers.attention import quantize_transformer
 from trtqat.transformers.minilm import DEFAULT_MAX_LENGTH, batches, tokenize
@@ -83,14 +84,22 @@ def quantized_copy(model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Modu
     return quantize_transformer(copy.deepcopy(model), skip_layers=tuple(skip_layers))
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (where its input batches must go)."""
+    return next(model.parameters()).device
+
+
 def collect_encoder_stats(qmodel: nn.Module, tokenizer, sentences: Sequence[str],
                           batch_size: int = 32, max_length: int = DEFAULT_MAX_LENGTH,
                           progress: bool = False) -> int:
-    """Run ``sentences`` through a quantized encoder with calibration on; returns batches seen."""
+    """Run ``sentences`` through a quantized encoder with calibration on; returns batches seen.
+
+    Batches go to the encoder's device; wrap the call in ``autocast`` for mixed precision.
+    """
     if not sentences:
         raise EncoderConfigError("calibration needs at least one sentence")
     loader = list(batches(tokenizer, list(sentences), batch_size, max_length))
-    return collect_stats(qmodel, loader, progress=progress)
+    return collect_stats(qmodel, loader, device=model_device(qmodel), progress=progress)
 
 
 def set_amax(qmodel: nn.Module, method: str, percentile: float = 99.99) -> None:
@@ -100,12 +109,18 @@ def set_amax(qmodel: nn.Module, method: str, percentile: float = 99.99) -> None:
 
 
 def calibrate_encoder(model: nn.Module, tokenizer, sentences: Sequence[str],
-                      config: EncoderCalibConfig | None = None) -> nn.Module:
-    """PTQ: a calibrated INT8 (fake-quant) copy of the FP32 encoder ``model``."""
+                      config: EncoderCalibConfig | None = None, accel: Accel | None = None
+                      ) -> nn.Module:
+    """PTQ: a calibrated INT8 (fake-quant) copy of the FP32 encoder ``model``, on its device.
+
+    ``accel``: its autocast applies to the (always eager) statistics collection.
+    """
     cfg = config or EncoderCalibConfig()
+    acc = accel or Accel(model_device(model))
     qmodel = quantized_copy(model, cfg.skip_layers)
-    collect_encoder_stats(qmodel, tokenizer, list(sentences)[:cfg.num_sentences],
-                          cfg.batch_size, cfg.max_length, cfg.progress)
+    with acc.autocast():
+        collect_encoder_stats(qmodel, tokenizer, list(sentences)[:cfg.num_sentences],
+                              cfg.batch_size, cfg.max_length, cfg.progress)
     set_amax(qmodel, cfg.method, cfg.percentile)
     return qmodel
 
@@ -229,16 +244,20 @@ def tie_qkv_input_ranges(model: nn.Module) -> int:
 
 def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Sequence[str],
                 config: EncoderQATConfig | None = None,
-                callback: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+                callback: Callable[[int, float], None] | None = None,
+                accel: Accel | None = None) -> dict[str, Any]:
     """QAT by self-distillation: train the calibrated ``student`` in place towards ``teacher``.
 
     Both are :class:`~trtqat.transformers.minilm.SentenceEncoder`; the teacher is frozen and
     runs in eval mode. The student runs without dropout (eval mode, gradients on), so the
     only difference between the two is quantization. Returns the training history:
     ``{"steps", "loss" (per step), "lr" (per step), "wall_time_s"}``. ``callback(step,
-    loss)`` runs after every optimizer step (e.g. to evaluate or log).
+    loss)`` runs after every optimizer step (e.g. to evaluate or log). Batches go to the
+    student's device; ``accel`` adds autocast, the fp16 gradient scaler and torch.compile
+    (of the whole distillation loss: student and teacher forward).
     """
     cfg = config or EncoderQATConfig()
+    acc = accel or Accel(model_device(student))
     sentences = list(sentences)
     if len(sentences) < cfg.batch_size:
         raise EncoderConfigError(f"QAT needs at least batch_size={cfg.batch_size} sentences, "
@@ -268,6 +287,8 @@ def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Se
     sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine_lambda(
         total, math.floor(cfg.warmup_ratio * total), cfg.final_lr_ratio))
     rng = random.Random(cfg.seed)
+    loss_fn = acc.compiled(distillation_loss)
+    clip = None if cfg.max_grad_norm is None else (params, cfg.max_grad_norm)
     history: dict[str, Any] = {"loss": [], "lr": []}
     t0 = time.perf_counter()
     bar = tqdm(total=total, desc="qat", disable=not cfg.progress, leave=False)
@@ -277,17 +298,16 @@ def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Se
             for chunk in _epoch_batches(sentences, cfg.batch_size, rng):
                 if step >= total:
                     break
-                batch = tokenize(tokenizer, chunk, cfg.max_length)
-                loss = distillation_loss(student, teacher, batch, cfg.loss)
+                batch = {k: v.to(acc.device) for k, v in
+                         tokenize(tokenizer, chunk, cfg.max_length).items()}
+                with acc.autocast():
+                    loss = loss_fn(student, teacher, batch, cfg.loss)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"QAT loss became {loss.item()} at step {step}: "
                                              "lower lr")
                 history["lr"].append(opt.param_groups[0]["lr"])
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                opt.step()
+                acc.backward_step(loss, opt, clip)
                 sched.step()
                 history["loss"].append(loss.item())
                 step += 1

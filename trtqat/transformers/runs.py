@@ -10,7 +10,9 @@
   the teacher is the FP32 checkpoint the PTQ run wrote (or the PTQ weights in float, which
   are the FP32 ones). Writes stage "qat".
 
-Both run on the CPU; the corpus split (seed 0) is the same in every stage, so held-out
+Both run on ``--device`` (CPU or CUDA GPU) and take the speed options of
+:mod:`trtqat.train.accel` (``--amp``, ``--compile``; calibration statistics are collected
+eagerly, and the FP32 reference embeddings in float32). The corpus split (seed 0) is the same in every stage, so held-out
 sentences are never trained or calibrated on.
 """
 
@@ -28,8 +30,10 @@ from torch import nn
 
 from trtqat.quant.model_ops import AMAX_METHODS
 from trtqat.train import recipes as R
+from trtqat.train.accel import Accel, AccelOptions, check_options
 from trtqat.train.checkpoint import CheckpointError, copy_checkpoint, load_checkpoint
 from trtqat.train.run_dir import RunDir, RunDirError, check_out_dir
+from trtqat.train.run_lock import RunGuard
 from trtqat.transformers.checkpoint import (
     build_encoder_from_checkpoint,
     encoder_spec,
@@ -62,10 +66,11 @@ def is_encoder_name(model: str | None) -> bool:
     return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
 
 
-def _check_cpu(device: str) -> None:
-    if device not in ("auto", "cpu"):
-        raise R.ConfigError(f"--device {device}: the encoder recipes run on the CPU for now; "
-                            "drop --device or pass --device cpu")
+def _accel(cfg: AccelOptions) -> Accel:
+    """The run's device (``cfg.device``; refuses CUDA without a GPU) and speed options."""
+    from trtqat.train.distributed import pick_device
+
+    return Accel.setup(cfg, pick_device(cfg.device), images=False)
 
 
 def _check_data(data: str | None) -> str:
@@ -83,14 +88,18 @@ def _clean(value: Any) -> Any:
 
 
 def fidelity(model: nn.Module, tokenizer, sentences, ref: torch.Tensor,
-             max_length: int) -> dict[str, Any]:
-    """Embedding fidelity of ``model`` on ``sentences`` against the FP32 embeddings ``ref``."""
-    test = embed(model, tokenizer, list(sentences), EMBED_BATCH, max_length)
+             max_length: int, accel: Accel | None = None) -> dict[str, Any]:
+    """Embedding fidelity of ``model`` on ``sentences`` against the FP32 embeddings ``ref``
+    (``model`` runs on ``accel``'s device, autocast and compile setting)."""
+    acc = accel or Accel()
+    with acc.autocast():
+        test = embed(acc.compiled(model), tokenizer, list(sentences), EMBED_BATCH, max_length,
+                     device=acc.device)
     return {k: _clean(v) for k, v in embedding_fidelity(ref, test).items()}
 
 
 @dataclass
-class EncoderCalibrateConfig:
+class EncoderCalibrateConfig(AccelOptions):
     """Options of ``trtqat calibrate`` for an encoder (``--model`` or an FP32 checkpoint)."""
 
     model: str | None = None
@@ -120,7 +129,7 @@ class EncoderCalibrateConfig:
         R.check_positive(self, "batch_size", allow_none=True)
         if not str(self.out):
             raise R.ConfigError("--out must name a run folder")
-        _check_cpu(self.device)
+        check_options(self)
         self.skip_layers = tuple(self.skip_layers)
 
 
@@ -183,9 +192,16 @@ def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
 
     Returns ``{"last": metrics record, "fidelity": held-out fidelity, "out", "fp32"}``.
     """
-    out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
+    acc = _accel(cfg)  # bad options refused before the folder is touched
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
+                  inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
+        return _calibrate_encoder_run(cfg, guard.path, acc)
+
+
+def _calibrate_encoder_run(cfg: EncoderCalibrateConfig, out: Path, acc: Accel) -> dict[str, Any]:
     data = _check_data(cfg.data)
     fp32, tok, arch, source = _source(cfg)
+    fp32.to(acc.device)
     fp32_dir, write_fp32 = _fp32_folder(cfg, out, source)
     corpus = load_corpus(data, seed=SPLIT_SEED)
     torch.manual_seed(cfg.seed)
@@ -195,11 +211,11 @@ def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
         method=cfg.method, percentile=cfg.percentile, num_sentences=cfg.num_sentences,
         batch_size=batch, max_length=cfg.max_length, skip_layers=cfg.skip_layers,
         progress=cfg.progress)
-    qmodel = calibrate_encoder(fp32, tok, corpus.train, calib_cfg)
+    qmodel = calibrate_encoder(fp32, tok, corpus.train, calib_cfg, accel=acc)
     calib_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    ref = embed(fp32, tok, list(corpus.heldout), EMBED_BATCH, cfg.max_length)
-    fid = fidelity(qmodel, tok, corpus.heldout, ref, cfg.max_length)
+    ref = embed(fp32, tok, list(corpus.heldout), EMBED_BATCH, cfg.max_length, acc.device)
+    fid = fidelity(qmodel, tok, corpus.heldout, ref, cfg.max_length, acc)
     eval_s = time.perf_counter() - t1
     used = min(cfg.num_sentences, len(corpus.train))
     record = {"stage": "ptq", "epoch": 0, "method": cfg.method, **fid,
@@ -229,7 +245,7 @@ def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
 
 
 @dataclass
-class EncoderQATRunConfig:
+class EncoderQATRunConfig(AccelOptions):
     """Options of ``trtqat qat`` for an encoder checkpoint; None: the default (see module)."""
 
     checkpoint: str = ""
@@ -259,7 +275,7 @@ class EncoderQATRunConfig:
             raise R.ConfigError(f"--min-lr ({self.min_lr}) must be below --lr ({self.lr})")
         if not str(self.out):
             raise R.ConfigError("--out must name a run folder")
-        _check_cpu(self.device)
+        check_options(self)
 
 
 def _teacher(src: dict[str, Any]) -> tuple[nn.Module, str]:
@@ -282,7 +298,13 @@ def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
 
     Returns ``{"last", "start" (fidelity before), "fidelity" (after), "out"}``.
     """
-    out = check_out_dir(cfg.out, resume=False, overwrite=cfg.overwrite)
+    acc = _accel(cfg)  # bad options refused before the folder is touched
+    with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
+                  inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
+        return _qat_encoder_run(cfg, guard.path, acc)
+
+
+def _qat_encoder_run(cfg: EncoderQATRunConfig, out: Path, acc: Accel) -> dict[str, Any]:
     src = load_checkpoint(cfg.checkpoint)
     if not is_encoder_checkpoint(src):
         raise CheckpointError(f"{cfg.checkpoint} is not an encoder checkpoint")
@@ -314,9 +336,11 @@ def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
         spec["skip_layers"] = list(dict.fromkeys([*(spec.get("skip_layers") or []),
                                                   *cfg.skip_layers]))
     teacher, teacher_src = _teacher(src)
+    student.to(acc.device)
+    teacher.to(acc.device)
     torch.manual_seed(cfg.seed)
-    ref = embed(teacher, tok, list(corpus.heldout), EMBED_BATCH, max_length)
-    start = fidelity(student, tok, corpus.heldout, ref, max_length)
+    ref = embed(teacher, tok, list(corpus.heldout), EMBED_BATCH, max_length, acc.device)
+    start = fidelity(student, tok, corpus.heldout, ref, max_length, acc)
     records = [{"stage": "qat", "epoch": 0, "step": 0, **start,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}]
     every = 10
@@ -325,9 +349,9 @@ def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
         if step % every == 0:
             records.append({"stage": "qat", "epoch": 0, "step": step, "loss": loss})
 
-    hist = qat_encoder(student, teacher, tok, corpus.train, qcfg, callback=on_step)
+    hist = qat_encoder(student, teacher, tok, corpus.train, qcfg, callback=on_step, accel=acc)
     t1 = time.perf_counter()
-    fid = fidelity(student, tok, corpus.heldout, ref, max_length)
+    fid = fidelity(student, tok, corpus.heldout, ref, max_length, acc)
     record = {"stage": "qat", "epoch": qcfg.epochs, "step": hist["steps"], **fid,
               "start_mean_cosine": start["mean_cosine"], "loss_first": hist["loss"][0],
               "loss_last": hist["loss"][-1], "train_time_s": hist["wall_time_s"],

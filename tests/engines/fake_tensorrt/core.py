@@ -67,6 +67,8 @@ def make_module(version: str = "11.4.0.106") -> types.ModuleType:
     MemoryPoolType = _enum(major, "MemoryPoolType")
     BuilderFlag = _enum(major, "BuilderFlag")
     NetworkDefinitionCreationFlag = _enum(major, "NetworkDefinitionCreationFlag")
+    ProfilingVerbosity = _enum(major, "ProfilingVerbosity")
+    LayerInformationFormat = _enum(major, "LayerInformationFormat")
     to_trt = {np.dtype(np.float32): DataType.FLOAT, np.dtype(np.float16): DataType.HALF,
               np.dtype(np.int8): DataType.INT8, np.dtype(np.int32): DataType.INT32,
               np.dtype(np.int64): DataType.INT64, np.dtype(np.bool_): DataType.BOOL,

@@ -16,6 +16,7 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
     """The builder classes, closing over the flavour's enums and call log ``c``."""
     Severity, DataType, MemoryPoolType = c.Severity, c.DataType, c.MemoryPoolType
     BuilderFlag, NetworkDefinitionCreationFlag = c.BuilderFlag, c.NetworkDefinitionCreationFlag
+    ProfilingVerbosity = c.ProfilingVerbosity
     record, fail, version, major = c.record, c.fail, c.version, c.major
     to_trt, _check_logger = c.to_trt, c._check_logger
 
@@ -139,6 +140,18 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
             self._level = 3
             self._profiles: list[IOptimizationProfile] = []
             self._cache: ITimingCache | None = None
+            self._verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+
+        @property
+        def profiling_verbosity(self) -> Any:
+            return self._verbosity
+
+        @profiling_verbosity.setter
+        def profiling_verbosity(self, value: Any) -> None:
+            if not isinstance(value, ProfilingVerbosity):
+                raise TypeError(f"profiling_verbosity: expected ProfilingVerbosity, got {value!r}")
+            record("IBuilderConfig.profiling_verbosity", value.name)
+            self._verbosity = value
 
         def set_memory_pool_limit(self, pool: Any, pool_size: int) -> None:
             if not isinstance(pool, MemoryPoolType) or not isinstance(pool_size, int):
@@ -255,6 +268,7 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
                 config._cache._entries += len(network._model.graph.node)
             meta = {"version": version, "flags": network._flags, "shapes": shapes,
                     "builder_flags": sorted(f.name for f in config._flags),
+                    "profiling_verbosity": config._verbosity.name,
                     "onnx": base64.b64encode(network._model.SerializeToString()).decode()}
             return IHostMemory(_PLAN_MAGIC + json.dumps(meta).encode())
 

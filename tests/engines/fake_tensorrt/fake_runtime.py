@@ -19,6 +19,7 @@ from .core import _PLAN_MAGIC, Dims, _dims
 def define(c: SimpleNamespace) -> dict[str, Any]:
     """The runtime classes; ``c`` also holds the builder classes."""
     Severity, TensorIOMode = c.Severity, c.TensorIOMode
+    ProfilingVerbosity, LayerInformationFormat = c.ProfilingVerbosity, c.LayerInformationFormat
     record, fail, version = c.record, c.fail, c.version
     _check_logger, _io_tensors, _np_dtype = c._check_logger, c._io_tensors, c._np_dtype
     IHostMemory, ITensor = c.IHostMemory, c.ITensor
@@ -66,6 +67,14 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
                 raise ValueError(f"get_tensor_profile_shape({name!r}, {profile_index})")
             return [Dims(s) for s in self._meta["shapes"][name]]
 
+        @property
+        def profiling_verbosity(self) -> Any:
+            return ProfilingVerbosity[self._meta.get("profiling_verbosity", "LAYER_NAMES_ONLY")]
+
+        def create_engine_inspector(self) -> EngineInspector:
+            record("ICudaEngine.create_engine_inspector")
+            return EngineInspector(self)
+
         def create_execution_context(self) -> IExecutionContext | None:
             record("ICudaEngine.create_execution_context")
             return None if fail.get("context") else IExecutionContext(self)
@@ -81,6 +90,47 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
                 so.log_severity_level = 3
                 self._session = onnxruntime.InferenceSession(self._model.SerializeToString(), so)
             return self._session.run(None, feed)
+
+    class EngineInspector:
+        """Layer information as TensorRT's inspector gives it: names only, or one JSON
+        object per layer when the engine was built with ProfilingVerbosity.DETAILED."""
+
+        def __init__(self, engine: ICudaEngine) -> None:
+            self._engine, self._context = engine, None
+
+        @property
+        def execution_context(self) -> Any:
+            return self._context
+
+        @execution_context.setter
+        def execution_context(self, context: Any) -> None:
+            if not isinstance(context, IExecutionContext):
+                raise TypeError("execution_context must be an IExecutionContext")
+            self._context = context
+
+        def _layer(self, node: Any) -> Any:
+            verbosity = self._engine.profiling_verbosity
+            if verbosity == ProfilingVerbosity.DETAILED:
+                return {"Name": node.name, "LayerType": node.op_type,
+                        "Inputs": [{"Name": i} for i in node.input],
+                        "Outputs": [{"Name": o} for o in node.output]}
+            return node.name
+
+        def get_layer_information(self, layer: int, format: Any) -> str:  # noqa: A002
+            if not isinstance(format, LayerInformationFormat):
+                raise TypeError("format must be a LayerInformationFormat")
+            info = self._layer(self._engine._model.graph.node[layer])
+            return json.dumps(info) if format == LayerInformationFormat.JSON else str(info)
+
+        def get_engine_information(self, format: Any) -> str:  # noqa: A002
+            if not isinstance(format, LayerInformationFormat):
+                raise TypeError("format must be a LayerInformationFormat")
+            record("EngineInspector.get_engine_information", format.name)
+            layers = ([] if self._engine.profiling_verbosity == ProfilingVerbosity.NONE
+                      else [self._layer(n) for n in self._engine._model.graph.node])
+            if format == LayerInformationFormat.ONELINE:
+                return "".join(f"{layer}\n" for layer in layers)
+            return json.dumps({"Layers": layers, "Bindings": list(self._engine._order)})
 
     class Runtime:
         def __init__(self, logger: Any) -> None:

@@ -23,13 +23,21 @@ entropy scores a candidate whose ``q`` is undefined as ``+inf`` rather than NaN
 
 from __future__ import annotations
 
+import logging
 import math
 from numbers import Real
 
 import torch
 
-from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.errors import (
+    CalibrationError,
+    CalibrationMethodError,
+    CalibrationValueError,
+    QuantConfigError,
+)
 from trtqat.quant.calib.base import Calibrator, reduce_dims
+
+log = logging.getLogger(__name__)
 
 __all__ = ["HistogramCalibrator", "amax_from_histogram", "rebin_histogram", "METHODS"]
 
@@ -197,13 +205,13 @@ def amax_from_histogram(hist: torch.Tensor, hist_range: torch.Tensor, method: st
 def _check_method_args(method, num_bins, num_bits, unsigned, stride, start_bin,
                        percentile) -> None:
     if method not in METHODS:
-        raise CalibrationError(
+        raise CalibrationMethodError(
             f"unknown calibration method {method!r}: use one of {', '.join(METHODS)}")
     if method == "percentile":
         if (isinstance(percentile, bool) or not isinstance(percentile, Real)
                 or not 0 < percentile <= 100):
-            raise CalibrationError(
-                f"percentile={percentile!r} is outside (0, 100]: use e.g. percentile=99.99")
+            raise CalibrationValueError(
+                f"percentile={percentile!r} is out of range (0, 100]: use e.g. percentile=99.99")
     if method in ("mse", "entropy"):
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise CalibrationError(f"stride={stride!r} must be an int >= 1: use stride=1")
@@ -227,8 +235,8 @@ class HistogramCalibrator(Calibrator):
     Args:
         num_bits, axis, unsigned: as in the QuantDescriptor of the quantizer.
         num_bins: bins per histogram; the range ``[0, running max]`` is split evenly.
-        grow_method: how the range grows when a batch exceeds it; only ``None`` or
-            ``'stretch'`` (re-bin the counts onto ``[0, new max]``, see the module docstring).
+        grow_method: deprecated and ignored, as in pytorch-quantization: the counts are always
+            re-binned onto ``[0, new max]`` (see the module docstring).
         skip_zeros: leave exact zeros out of the histogram (they still count for 'max').
         torch_hist: accepted for pytorch-quantization compatibility; histograms are always
             computed with torch on the tensor's device.
@@ -248,9 +256,8 @@ class HistogramCalibrator(Calibrator):
             raise QuantConfigError(
                 f"num_bins must be an int >= 2, got {num_bins!r}: use num_bins=2048")
         if grow_method not in (None, "stretch"):
-            raise QuantConfigError(
-                f"grow_method={grow_method!r} is not supported: use None or 'stretch' "
-                "(counts are re-binned onto the wider range)")
+            log.warning("grow_method=%r is deprecated and ignored (as in pytorch-quantization): "
+                        "counts are always re-binned onto the wider range", grow_method)
         super().__init__(num_bits, axis, unsigned)
         self._num_bins = num_bins
         self._grow_method = grow_method
@@ -373,7 +380,7 @@ class HistogramCalibrator(Calibrator):
         batch_max = a.amax(dim=dims, keepdim=True) if dims else a.clone()
         if self._max is not None and batch_max.shape != self._max.shape:
             raise CalibrationError(
-                f"HistogramCalibrator got a batch whose per-channel shape "
+                f"amax shape changed: HistogramCalibrator got a batch whose per-channel shape "
                 f"{tuple(batch_max.shape)} differs from earlier batches "
                 f"{tuple(self._max.shape)}: keep the quantization axis sizes fixed, or reset()")
         if not bool(torch.isfinite(batch_max).all()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from trtqat.errors import CalibrationError
 from trtqat.quant.calib.base import Calibrator, reduce_dims
 
 
@@ -37,9 +38,10 @@ class MaxCalibrator(Calibrator):
         if self._calib_amax is None:
             self._calib_amax = amax
         elif self._calib_amax.shape != amax.shape:
-            raise ValueError(
-                f"MaxCalibrator got a batch whose per-channel shape {tuple(amax.shape)} differs "
-                f"from earlier batches {tuple(self._calib_amax.shape)}"
+            raise CalibrationError(
+                f"amax shape changed: MaxCalibrator got a batch whose per-channel shape "
+                f"{tuple(amax.shape)} differs from earlier batches {tuple(self._calib_amax.shape)}: keep the quantization "
+                "axis sizes fixed, or reset()"
             )
         else:
             torch.maximum(self._calib_amax, amax, out=self._calib_amax)

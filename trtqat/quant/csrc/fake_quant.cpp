@@ -372,7 +372,7 @@ py::object grad_input(const at::Tensor& grad, const at::Tensor& x, const at::Ten
 
 }  // namespace
 
-PYBIND11_MODULE(_C, m) {
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {  // _C from setup.py, another name when built on first use
   m.doc() = "trtqat fused fake-quant CPU kernels (float32; None when the inputs do not qualify)";
   m.def("fake_quant_forward", &forward, py::arg("x"), py::arg("amax"), py::arg("qmin"),
         py::arg("qmax"),

@@ -22,6 +22,7 @@ class cudaError_t(enum.IntEnum):
     cudaSuccess = 0
     cudaErrorInvalidValue = 1
     cudaErrorMemoryAllocation = 2
+    cudaErrorInvalidDevice = 101
     cudaErrorNoDevice = 100
     cudaErrorInvalidResourceHandle = 400
     cudaErrorIllegalState = 401
@@ -82,6 +83,7 @@ class _Stream:
 @dataclass
 class _State:
     devices: int = 1
+    device: int = 0  # set by cudaSetDevice
     calls: list[str] = field(default_factory=list)
     fail: dict[str, cudaError_t] = field(default_factory=dict)  # function name -> error
     invalidate_capture: bool = False  # work submitted during capture invalidates it
@@ -235,6 +237,22 @@ def cudaEventRecord(event, stream):
     if _STATE.is_capturing(int(stream)):
         return (cudaError_t.cudaErrorStreamCaptureUnsupported,)
     _STATE.events[int(event)] = time.perf_counter() * 1000.0
+    return (_S,)
+
+
+def cudaEventQuery(event):
+    if err := _enter("cudaEventQuery"):
+        return (err,)
+    return (_S,) if _STATE.events.get(int(event)) is not None else (
+        cudaError_t.cudaErrorInvalidResourceHandle,)
+
+
+def cudaSetDevice(device):
+    if err := _enter("cudaSetDevice"):
+        return (err,)
+    if not 0 <= int(device) < _STATE.devices:
+        return (cudaError_t.cudaErrorInvalidDevice,)
+    _STATE.device = int(device)
     return (_S,)
 
 

@@ -1,0 +1,106 @@
+"""Each invalid value gets one line and exit 1, before any work or any file is written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from faultlib import one_error_line, run_cli
+
+from trtqat.engines import timing
+
+# (argv, words the one error line must hold); {tmp} is the test's folder, {file} a regular
+# file in it, {onnx} a tiny ONNX model there.
+CASES = [
+    (["train", "--lr", "nan"], "--lr: expected a finite number > 0"),
+    (["train", "--lr", "inf"], "--lr: expected a finite number > 0"),
+    (["train", "--weight-decay", "nan"], "--weight-decay/--wd: expected a finite number >= 0"),
+    (["train", "--momentum", "1.5"], "--momentum: expected a finite number >= 0 and < 1"),
+    (["train", "--label-smoothing", "1"], "--label-smoothing"),
+    (["train", "--epochs", "0"], "--epochs: expected an integer >= 1, got '0'"),
+    (["train", "--batch-size", "-2"], "--batch-size"),
+    (["train", "--image-size", "0"], "--image-size"),
+    (["train", "--warmup-epochs", "-1"], "--warmup-epochs: expected a finite number >= 0 "
+                                         "(epochs)"),
+    (["train", "--num-classes", "1"], "--num-classes: expected an integer >= 2"),
+    (["train", "--workers", "-1"], "--workers"),
+    (["train", "--seed", "-1"], "--seed"),
+    (["train", "--out", "{file}"], "is a file, not a folder"),
+    (["train", "--out", "{file}/run"], "which is a file, not a folder"),
+    (["calibrate", "--checkpoint", "x.pt", "--percentile", "0"], "--percentile: expected a "
+                                                                  "finite number > 0 and <= 100"),
+    (["calibrate", "--checkpoint", "x.pt", "--num-batches", "0"], "--num-batches"),
+    (["calibrate", "--checkpoint", "x.pt", "--out", "{file}/ptq"], "which is a file"),
+    (["qat", "--checkpoint", "x.pt", "--lr", "-1"], "--lr"),
+    (["export", "--checkpoint", "x.pt", "--val-batches", "-3"], "--val-batches: expected an "
+                                                                 "integer >= 1, got '-3'"),
+    (["export", "--checkpoint", "x.pt", "--val-batches", "0"], "--val-batches"),
+    (["export", "--checkpoint", "x.pt", "--image-size", "0"], "--image-size"),
+    (["export", "--checkpoint", "x.pt", "--batch", "0"], "--batch: expected 'dynamic' or an "
+                                                          "integer >= 1"),
+    (["export", "--checkpoint", "x.pt", "--out", "{file}"], "is a file, not a folder"),
+    (["build", "--onnx", "{onnx}", "--out", "{tmp}"], "is a folder; give a file path"),
+    (["build", "--onnx", "{onnx}", "--out", "{file}/e.engine"], "which is a file"),
+    (["compare", "--run", "r", "--duration", "nan"], "--duration: expected a finite number > 0 "
+                                                     "(seconds)"),
+    (["compare", "--run", "r", "--batch-sizes", "0,32"], "--batch-sizes"),
+    (["compare", "--run", "r", "--warmup", "-1"], "--warmup"),
+    (["sensitivity", "--checkpoint", "x.pt", "--top", "0"], "--top"),
+    (["demo", "--epochs", "0"], "--epochs"),
+    (["trtqat-exec", "--onnx={onnx}", "--saveEngine={file}/e.engine"], "which is a file"),
+    (["trtqat-exec", "--onnx={onnx}", "--saveEngine={tmp}"], "is a folder"),
+    (["trtqat-exec", "--onnx={onnx}", "--exportTimes={file}/t.json"], "which is a file"),
+    (["trtqat-exec", "--onnx={onnx}", "--shapes=x:0x3x8x8"], "a zero dimension in 'x:0x3x8x8'"),
+    (["trtqat-exec", "--onnx={onnx}", "--shapes=x:99999999999x3x8x8"],
+     "GiB of memory; use a smaller batch"),
+    (["trtqat-exec", "--onnx={onnx}", "--duration=nan"], "--duration"),
+    (["trtqat-exec", "--onnx={onnx}", "--iterations=0"], "--iterations"),
+    (["build", "--onnx", "{onnx}", "--out", "x.engine", "--shapes", "x:-1x3x8x8"],
+     "a negative dimension"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", CASES, ids=[" ".join(c[0][:3]) for c in CASES])
+def test_invalid_value_is_one_line(tmp_path, capsys, monkeypatch, conv_onnx, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("not a folder")
+    names = {"tmp": tmp_path, "file": tmp_path / "file", "onnx": conv_onnx}
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, err = run_cli(capsys, [a.format(**names) for a in argv])
+    one_error_line(rc, err, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
+def test_benchmark_advice_names_only_flags_trtqat_exec_takes():
+    from trtqat.cli.exec_cmd import build_parser
+
+    known = set(build_parser()._option_string_actions)
+    source = Path(timing.__file__).read_text()
+    advised = set(re.findall(r"(--[A-Za-z]+)", timing.UNSTABLE_ADVICE + source))
+    assert advised and advised <= known, advised - known
+
+
+def test_validators_accept_good_values_and_name_the_bad(tmp_path):
+    from trtqat.cli import validate as v
+
+    assert v.positive_int(" 3") == 3 and v.int_list("1,32") == (1, 32)
+    assert v.finite_float(gt=0, le=100, unit="percent")("99.9") == 99.9
+    assert v.probability("0") == 0.0
+    (tmp_path / "f").write_text("x")
+    assert v.existing_file(str(tmp_path / "f")) == str(tmp_path / "f")
+    assert v.existing_dir(str(tmp_path)) == str(tmp_path)
+    assert v.writable_dir(str(tmp_path / "a" / "b")) and not (tmp_path / "a").exists()
+    for check, text, words in [
+        (v.positive_int, "1.5", "expected an integer >= 1, got '1.5'"),
+        (v.finite_float(gt=0, le=100, unit="percent"), "-inf", "(percent), got '-inf'"),
+        (v.probability, "1.01", "expected a finite number >= 0 and <= 1 (a fraction)"),
+        (v.int_list, "", "comma-separated integers >= 1"),
+        (v.existing_file, str(tmp_path), "is a folder, not a file"),
+        (v.existing_file, str(tmp_path / "nope"), "does not exist"),
+        (v.existing_dir, str(tmp_path / "f"), "is a file, not a folder"),
+        (v.writable_file, str(tmp_path), "is a folder; give a file path"),
+    ]:
+        with pytest.raises(v.BadValue, match=re.escape(words)):
+            check(text)

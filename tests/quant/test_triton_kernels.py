@@ -1,0 +1,59 @@
+"""The Triton GPU fake-quant kernels: equal to the PyTorch reference (interpreter on the CPU),
+and chosen automatically for CUDA tensors (needs a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from triton_cases import case_ids  # noqa: E402
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="triton is not installed")
+
+
+@pytest.fixture(scope="module")
+def interpreter_results() -> dict:
+    """Every case checked once, in one subprocess under TRITON_INTERPRET=1."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    root = str(HERE.parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(HERE / "triton_cases.py")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", case_ids() + ["autograd-glue"])
+def test_triton_kernel_equals_reference(interpreter_results, case):
+    """Values, input gradient (from the packed mask) and learnable gradients, for one
+    dtype x layout (per tensor / per channel on any axis, contiguous / channels_last) x format."""
+    assert interpreter_results[case] == "ok", interpreter_results[case]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_triton
+def test_cuda_tensors_use_triton_and_keep_only_a_packed_mask():
+    from trtqat.quant import _kernels
+    from trtqat.quant.functional import fake_tensor_quant
+
+    x = torch.randn(8, 16, 14, 14, device="cuda").contiguous(memory_format=torch.channels_last)
+    x = x.to(torch.bfloat16).requires_grad_(True)
+    y = fake_tensor_quant(x, torch.tensor(1.0, device="cuda"))
+    assert _kernels.GPU_BACKEND == "triton"
+    assert y.dtype == x.dtype and y.stride() == x.stride()
+    assert y.grad_fn.saved_tensors[0].dtype == torch.uint8  # the mask, not the input
+    assert y.grad_fn.saved_tensors[0].numel() == (x.numel() + 7) // 8
+    y.float().sum().backward()
+    ref = torch.fake_quantize_per_tensor_affine(x.detach().float(), 1.0 / 127, 0, -127, 127)
+    torch.testing.assert_close(y.float(), ref.to(torch.bfloat16).float(), rtol=0, atol=1e-2)

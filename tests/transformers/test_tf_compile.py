@@ -1,0 +1,25 @@
+"""A calibrated (and a learnable-range) tiny quantized BERT traces under torch.compile in one graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+
+
+@pytest.mark.parametrize("learn_amax", [False, True])
+def test_quantized_tiny_bert_traces_without_graph_break(tiny, sentences, learn_amax):
+    model, tok = tiny
+    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=16))
+    if learn_amax:
+        for module in q.modules():
+            if hasattr(module, "init_learn_amax") and module.amax is not None and \
+                    module.amax.numel() == 1:
+                module.init_learn_amax()
+    batch = tok(sentences[:2], padding=True, truncation=True, max_length=16, return_tensors="pt")
+    torch._dynamo.reset()
+    explain = torch._dynamo.explain(q.train())(batch["input_ids"], batch["attention_mask"])
+    torch._dynamo.reset()
+    assert explain.graph_break_count == 0, explain.break_reasons
+    assert "trtqat.fake_quant" in explain.graphs[0].code

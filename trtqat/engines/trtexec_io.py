@@ -1,0 +1,145 @@
+"""trtexec's input and report files: --loadInputs, --exportOutput, --exportProfile and
+--exportLayerInfo, in the JSON shapes trtexec writes.
+
+* ``--loadInputs=name:file,...``: raw binary (trtexec's format: the tensor's bytes, C order,
+  sized by the run shape), or ``.npy`` / ``.npz`` (the array named after the input, or the
+  only array). Inputs not named get random data, as in trtexec.
+* ``--exportOutput``: ``[{"name": ..., "dimensions": "1x1000", "values": [...]}, ...]``.
+* ``--exportProfile``: ``[{"count": N}, {"name": ..., "timeMs": ..., "averageMs": ...,
+  "percentage": ...}, ...]``.
+* ``--exportLayerInfo``: ``{"Layers": [...], "Bindings": [...]}`` (layer names, or one
+  object per layer with ``--profilingVerbosity=detailed``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtqat.engines.errors import InputError, OptionsError
+from trtqat.engines.fileformat import atomic_write
+from trtqat.engines.specs import Shape, TensorSpec, format_shape
+
+
+def parse_name_files(text: str, flag: str = "--loadInputs") -> dict[str, Path]:
+    """``x:in.bin,'a:b':y.npy`` -> ``{"x": Path("in.bin"), "a:b": Path("y.npy")}``.
+
+    A name holding ``:`` is quoted, as in trtexec; the file is what follows the first
+    ``:`` after the name.
+    """
+    out: dict[str, Path] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        if item[0] in "'\"":
+            end = item.find(item[0], 1)
+            name, rest = (item[1:end], item[end + 1:]) if end > 0 else ("", "")
+            sep, file = rest[:1], rest[1:]
+        else:
+            name, sep, file = item.partition(":")
+        if sep != ":" or not name or not file:
+            raise OptionsError(f"{flag}: '{item}' is not name:file; write e.g. "
+                               f"{flag}=input:input.bin")
+        if name in out:
+            raise OptionsError(f"{flag}: input '{name}' is given twice; give each input once")
+        out[name] = Path(file)
+    if not out:
+        raise OptionsError(f"{flag}: no files given; write e.g. {flag}=input:input.bin")
+    return out
+
+
+def _read_array(name: str, path: Path) -> np.ndarray | None:
+    """An .npy/.npz array, or None for a raw binary file."""
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".npz"):
+        return None
+    try:
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as data:
+            if name in data.files:
+                return data[name]
+            if len(data.files) == 1:
+                return data[data.files[0]]
+            raise OptionsError(f"--loadInputs: {path} holds {', '.join(data.files)}, none named "
+                               f"'{name}'; save it with numpy.savez(path, {name}=array)")
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise OptionsError(f"--loadInputs: cannot read {path} as {suffix} ({exc}); save it "
+                           f"with numpy.{'save' if suffix == '.npy' else 'savez'}") from None
+
+
+def load_inputs(files: Mapping[str, Path], inputs: Sequence[TensorSpec],
+                shapes: Mapping[str, Shape]) -> dict[str, np.ndarray]:
+    """Arrays for the inputs named in ``files``; raw files take the run shape (``shapes``,
+    else the input's default shape) and must hold exactly that many bytes."""
+    specs = {spec.name: spec for spec in inputs}
+    feed = {}
+    for name, path in files.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise InputError(f"--loadInputs: unknown input '{name}'; the engine's inputs are: "
+                             f"{', '.join(specs)}")
+        if not path.is_file():
+            raise OptionsError(f"--loadInputs: file {path} for input '{name}' does not exist")
+        shape = tuple(shapes.get(name, spec.default_shape()))
+        array = _read_array(name, path)
+        if array is None:
+            dtype = np.dtype(spec.dtype)
+            need = int(np.prod(shape)) * dtype.itemsize
+            size = path.stat().st_size
+            if size != need:
+                raise InputError(f"--loadInputs: {path} has {size} bytes, input '{name}' "
+                                 f"({spec.dtype} {format_shape(shape)}) needs {need}; give "
+                                 "--shapes for the run shape, or a file of that size")
+            array = np.fromfile(path, dtype=dtype).reshape(shape)
+        elif name in shapes and tuple(array.shape) != shape:
+            raise InputError(f"--loadInputs: {path} holds {format_shape(array.shape)} for input "
+                             f"'{name}', but --shapes asks for {format_shape(shape)}")
+        feed[name] = array
+    return feed
+
+
+def _write_json(path: str | os.PathLike[str], data: Any) -> Path:
+    return atomic_write(path, json.dumps(data, indent=2).encode() + b"\n")
+
+
+def export_outputs(outputs: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
+    """trtexec's --exportOutput JSON: name, ``dimensions`` (``1x1000``) and flat values."""
+    return _write_json(path, [{"name": name, "dimensions": format_shape(array.shape),
+                               "values": np.asarray(array).ravel().tolist()}
+                              for name, array in outputs.items()])
+
+
+def export_profile(layers: Mapping[str, float], iterations: int,
+                   path: str | os.PathLike[str]) -> Path:
+    """trtexec's --exportProfile JSON from mean ms per layer over ``iterations`` runs."""
+    total = sum(layers.values()) or 1.0
+    records: list[dict[str, Any]] = [{"count": iterations}]
+    records += [{"name": name, "timeMs": ms * iterations, "averageMs": ms,
+                 "percentage": 100.0 * ms / total} for name, ms in layers.items()]
+    return _write_json(path, records)
+
+
+def export_layer_info(info: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """trtexec's --exportLayerInfo JSON (``{"Layers": [...], "Bindings": [...]}``)."""
+    return _write_json(path, dict(info))
+
+
+def layer_info_lines(info: Mapping[str, Any]) -> list[str]:
+    """One line per layer, for --dumpLayerInfo."""
+    lines = []
+    for layer in info.get("Layers", []):
+        if not isinstance(layer, Mapping):
+            lines.append(str(layer))
+            continue
+        ins = ", ".join(str(t.get("Name", t)) if isinstance(t, Mapping) else str(t)
+                        for t in layer.get("Inputs", []))
+        outs = ", ".join(str(t.get("Name", t)) if isinstance(t, Mapping) else str(t)
+                         for t in layer.get("Outputs", []))
+        lines.append(f"{layer.get('Name')} [{layer.get('LayerType', '?')}]: {ins} -> {outs}")
+    lines.append(f"Bindings: {', '.join(map(str, info.get('Bindings', [])))}")
+    return lines

@@ -1,0 +1,1 @@
+"""pytorch-quantization's ``nn.modules`` package: one module per layer family."""

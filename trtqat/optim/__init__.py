@@ -1,0 +1,1 @@
+"""pytorch-quantization's ``optim`` package (see :mod:`trtqat.optim.helper`)."""

@@ -1,0 +1,39 @@
+"""Checks and shapes of a quantizer's range (amax)."""
+
+from __future__ import annotations
+
+import torch
+
+from trtqat.errors import AmaxValueError, QuantTypeError
+
+
+def broadcasts(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
+    """True if an amax of ``amax_shape`` broadcasts to ``input_shape`` without growing it."""
+    try:
+        return torch.broadcast_shapes(amax_shape, input_shape) == input_shape
+    except RuntimeError:
+        return False
+
+
+def checked_amax(value, label: str) -> torch.Tensor:
+    """``value`` as a float32 tensor; TypeError if not numeric, ValueError if it cannot be a
+    range (empty, NaN, infinite, negative or all zero)."""
+    try:
+        amax = (value.detach().float().clone() if isinstance(value, torch.Tensor)
+                else torch.tensor(value, dtype=torch.float32))
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise QuantTypeError(f"{label}: amax must be numeric, got {value!r}") from err
+    if amax.numel() == 0:
+        raise AmaxValueError(f"{label}: amax is empty")
+    if not bool(torch.isfinite(amax).all()):
+        raise AmaxValueError(
+            f"{label}: amax contains NaN or inf; the calibration data or the weights hold "
+            "non-finite values - check the inputs and recalibrate")
+    if bool((amax < 0).any()):
+        raise AmaxValueError(f"{label}: amax is negative ({amax.min().item():g}); amax is a "
+                             "magnitude and must be > 0")
+    if bool((amax == 0).all()):
+        raise AmaxValueError(
+            f"{label}: amax is 0, so nothing can be represented; calibrate on data that "
+            "reaches this layer, or disable this quantizer")
+    return amax

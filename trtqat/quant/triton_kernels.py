@@ -1,0 +1,218 @@
+"""Fused fake-quant kernels for CUDA tensors, written in Triton (imported lazily).
+
+Each kernel walks the tensor in *memory order* (any non-overlapping-and-dense layout:
+contiguous, channels_last, a permuted weight...), so no input is copied and outputs made
+with ``empty_like`` keep the input's strides. For a per-channel range along ``axis`` the
+channel of the element at storage offset ``o`` is ``(o // stride[axis]) % size[axis]``.
+
+* forward: ``y = clamp(round(x / s), qmin, qmax) * s`` in float32 (``s = amax / qmax``), stored
+  in the input's dtype (float32, float16, bfloat16), plus, when asked, the straight-through
+  mask bit-packed (1 bit per element, 1/32 of a float32 input) for the backward pass;
+* backward: ``grad * mask`` from that bit-packed mask (the input itself is not kept);
+* learnable backward: the input gradient and the amax gradient of
+  :class:`trtqat.quant.functional._FakeQuantLearnable` in one pass (float32 atomics).
+
+Rounding is half-to-even like ``torch.round``: after clamping to ``[qmin - 1, qmax + 1]`` the
+magic-number addition ``(v + 1.5 * 2**23) - 1.5 * 2**23`` rounds exactly (|v| <= 2**22); a
+value rounded outside ``[qmin, qmax]`` is clipped, exactly as when rounding the unclamped
+value. Division is IEEE (``div_rn``), so results equal the pure-PyTorch kernels bit for bit.
+
+CPU tensors are accepted only under Triton's interpreter (``TRITON_INTERPRET=1`` set before
+triton is imported), which is how the tests check these kernels without a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["BLOCK", "forward", "grad_from_mask", "learnable_grad", "unpack_mask", "usable"]
+
+BLOCK = 1024  # elements per program; a multiple of 8 (one mask byte holds 8 elements)
+_ROUND = 12582912.0  # 1.5 * 2**23
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_MIN_SCALE = torch.finfo(torch.float32).tiny
+
+
+@triton.jit
+def _block(n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's id, the offsets of its elements and which of them exist."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    return pid, offs, offs < n
+
+
+@triton.jit
+def _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL: tl.constexpr):
+    """``(x / s, round(clamp(x / s, qmin - 1, qmax + 1)), s, channel)`` in float32."""
+    x = tl.load(x_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+    ch = (offs // cstride) % nch
+    if PER_CHANNEL:
+        s = tl.load(scale_ptr + ch, mask=valid, other=1.0)
+    else:
+        s = tl.load(scale_ptr)
+    q = tl.math.div_rn(x, s)
+    qc = tl.clamp(q, qmin - 1.0, qmax + 1.0, propagate_nan=tl.PropagateNan.ALL)
+    return q, (qc + 12582912.0) - 12582912.0, s, ch
+
+
+@triton.jit
+def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, cstride, nch, qmin, qmax,
+                PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr, WIDE: tl.constexpr,
+                BLOCK: tl.constexpr):
+    pid, offs, valid = _block(n, WIDE, BLOCK)
+    q, r, s, _ = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL)
+    y = tl.clamp(r, qmin, qmax, propagate_nan=tl.PropagateNan.ALL) * s
+    if y_ptr.dtype.element_ty == tl.bfloat16:
+        # round to nearest even by hand, as torch does (the interpreter's cast truncates)
+        b = y.to(tl.uint32, bitcast=True)
+        b = tl.where(y != y, 0x7FC0, (b + 0x7FFF + ((b >> 16) & 1)) >> 16)
+        tl.store(y_ptr + offs, b.to(tl.uint16).to(tl.bfloat16, bitcast=True), mask=valid)
+    else:
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=valid)
+    if SAVE_MASK:
+        inside = ((r >= qmin) & (r <= qmax) & valid).to(tl.int32)
+        bits = tl.reshape(inside, (BLOCK // 8, 8)) << tl.arange(0, 8)[None, :]
+        packed = tl.sum(bits, axis=1).to(tl.uint8)
+        boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
+        tl.store(mask_ptr + boffs, packed, mask=boffs < (n + 7) // 8)
+
+
+@triton.jit
+def _fq_grad_from_mask(g_ptr, mask_ptr, out_ptr, n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    pid, offs, valid = _block(n, WIDE, BLOCK)
+    graw = tl.load(g_ptr + offs, mask=valid, other=0.0)
+    boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
+    packed = tl.load(mask_ptr + boffs, mask=boffs < (n + 7) // 8, other=0).to(tl.int32)
+    bits = tl.reshape((packed[:, None] >> tl.arange(0, 8)[None, :]) & 1, (BLOCK,))
+    # the product is exactly representable in the gradient's dtype: the cast back is exact
+    g = graw.to(tl.float32) * bits.to(tl.float32)
+    tl.store(out_ptr + offs, g.to(graw.dtype), mask=valid)
+
+
+@triton.jit
+def _fq_learnable_grad(g_ptr, x_ptr, scale_ptr, gx_ptr, gamax_ptr, n, cstride, nch, qmin, qmax,
+                       PER_CHANNEL: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    pid, offs, valid = _block(n, WIDE, BLOCK)
+    q, r, s, ch = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax,
+                            PER_CHANNEL)
+    graw = tl.load(g_ptr + offs, mask=valid, other=0.0)
+    g = graw.to(tl.float32)
+    inside = (r >= qmin) & (r <= qmax)
+    tl.store(gx_ptr + offs, (g * inside.to(tl.float32)).to(graw.dtype), mask=valid)
+    # d y / d amax: (round(q) - q) / qmax inside the range, qmin/qmax or qmax/qmax outside
+    outside = tl.clamp(r, qmin, qmax, propagate_nan=tl.PropagateNan.ALL)
+    local = tl.where(inside, tl.math.div_rn(r - q, qmax), tl.math.div_rn(outside, qmax))
+    contrib = tl.where(valid, g * local, 0.0)
+    if PER_CHANNEL:
+        tl.atomic_add(gamax_ptr + ch, contrib, mask=valid)
+    else:
+        tl.atomic_add(gamax_ptr, tl.sum(contrib, axis=0))
+
+
+# ----------------------------------------------------------------------------- host side
+def _interpreting() -> bool:
+    return bool(triton.knobs.runtime.interpret) if hasattr(triton, "knobs") else False
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: the elements fill ``numel`` consecutive storage slots."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and all(
+        sa == sb for sa, sb, sz in zip(a.stride(), b.stride(), a.shape) if sz != 1)
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether these kernels can take ``x`` (a dense float tensor on CUDA, or CPU when interpreting)."""
+    on_device = x.is_cuda or (x.device.type == "cpu" and _interpreting())
+    return on_device and x.dtype in _DTYPES and _dense(x)
+
+
+def _channel(x: torch.Tensor, amax: torch.Tensor) -> tuple[int, int] | None:
+    """``(stride, count)`` of the channel axis of ``amax``; (1, 1) per tensor; None: unsupported."""
+    if amax.numel() == 1:
+        return 1, 1
+    if amax.dim() > x.dim():
+        return None
+    shape = (1,) * (x.dim() - amax.dim()) + tuple(amax.shape)
+    axes = [d for d, size in enumerate(shape) if size != 1]
+    if len(axes) != 1 or shape[axes[0]] != x.shape[axes[0]]:
+        return None  # several axes, or a size that only broadcasts
+    return x.stride(axes[0]), x.shape[axes[0]]
+
+
+def _scales(amax: torch.Tensor, qmax: int, device: torch.device) -> torch.Tensor:
+    return (amax.detach().to(device=device, dtype=torch.float32).reshape(-1) / qmax).clamp_min(_MIN_SCALE)
+
+
+def _grid(n: int) -> tuple[int]:
+    return (triton.cdiv(n, BLOCK),)
+
+
+def forward(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
+            save_mask: bool = True) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """``(y, bit-packed mask or None)``, or None when ``x``/``amax`` is not a supported case."""
+    chan = _channel(x, amax) if usable(x) else None
+    if chan is None:
+        return None
+    y = torch.empty_like(x)
+    if not _same_layout(x, y):
+        return None
+    n = x.numel()
+    mask = torch.empty((n + 7) // 8, dtype=torch.uint8, device=x.device) if save_mask else None
+    if n:
+        _fq_forward[_grid(n)](
+            x, y, _scales(amax, qmax, x.device), mask if save_mask else y, n, chan[0], chan[1],
+            float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1, SAVE_MASK=save_mask,
+            WIDE=n >= 2**31 - BLOCK, BLOCK=BLOCK)
+    return y, mask
+
+
+def unpack_mask(mask: torch.Tensor, shape: torch.Size, stride: tuple[int, ...]) -> torch.Tensor:
+    """The bool mask of a tensor with ``shape``/``stride`` from its bit-packed form."""
+    n = 1
+    for size in shape:
+        n *= size
+    bits = (mask[:, None] >> torch.arange(8, device=mask.device, dtype=torch.uint8)) & 1
+    return bits.reshape(-1)[:n].bool().as_strided(shape, stride)
+
+
+def grad_from_mask(grad: torch.Tensor, mask: torch.Tensor, shape: torch.Size,
+                   stride: tuple[int, ...]) -> torch.Tensor:
+    """``grad`` where the saved mask is set, 0 elsewhere (input of ``shape``/``stride``)."""
+    like = torch.empty_strided(shape, stride, dtype=grad.dtype, device="meta")
+    if not (usable(grad) and _same_layout(grad, like)):  # e.g. a contiguous grad of a
+        return grad * unpack_mask(mask, shape, stride).to(grad.dtype)  # channels_last input
+    out = torch.empty_like(grad)
+    n = grad.numel()
+    if n:
+        _fq_grad_from_mask[_grid(n)](grad, mask, out, n, WIDE=n >= 2**31 - BLOCK, BLOCK=BLOCK)
+    return out
+
+
+def learnable_grad(grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int,
+                   qmax: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(grad_x, grad_amax)`` of the learnable fake-quant, or None when not supported here."""
+    chan = _channel(x, amax) if usable(x) else None
+    if chan is None or not _same_layout(grad, x) or grad.dtype not in _DTYPES:
+        return None
+    gx = torch.empty_like(grad)
+    gamax = torch.zeros(chan[1], dtype=torch.float32, device=x.device)
+    n = x.numel()
+    if n:
+        _fq_learnable_grad[_grid(n)](
+            grad, x, _scales(amax, qmax, x.device), gx, gamax, n, chan[0], chan[1],
+            float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1, WIDE=n >= 2**31 - BLOCK,
+            BLOCK=BLOCK)
+    return gx, gamax.reshape(amax.shape).to(amax.dtype)
