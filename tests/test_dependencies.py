@@ -53,7 +53,7 @@ def test_core_modules_import_without_the_optional_packages() -> None:
         "from trtqat.optional import MissingDependencyError\n"
         "from trtqat.train.data import _digits\n"
         "try:\n"
-        "    _digits(8, False)\n"
+        "    _digits((8, 8), 1, False)\n"
         "except MissingDependencyError as exc:\n"
         "    print(exc)\n"
     )

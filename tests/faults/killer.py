@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def _install_killer(target: str, nth: int) -> None:
     import trtqat.atomic as atomic
-    import trtqat.export.onnx_export as onnx_export
+    import trtqat.export.result as export_result
     import trtqat.train.checkpoint as checkpoint
 
     real = atomic.publish
@@ -31,7 +31,7 @@ def _install_killer(target: str, nth: int) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
         return real(tmp, path)
 
-    for module in (atomic, onnx_export, checkpoint):
+    for module in (atomic, export_result, checkpoint):
         module.publish = publish
 
 
@@ -45,7 +45,7 @@ def main() -> int:
     if command == "write_checked":
         import onnx
 
-        from trtqat.export.onnx_export import ExportResult, write_checked
+        from trtqat.export.result import ExportResult, write_checked
 
         write_checked(onnx.load(argv[0]), ExportResult(Path(argv[1]), "fp32", 17, True))
         return 0
