@@ -170,7 +170,7 @@ def _output_check(variant: str, name: str, s: _Stats, floor: crit.NoiseFloor | N
     step = scale / 127.0
     mean = s.sum_diff / max(s.count, 1)
     d = np.concatenate(s.diffs) if s.diffs else np.zeros(1)
-    within = float((d <= step * (1 + 1e-6)).mean())
+    within = float((d <= step * (1 + 1e-6)).mean()) if d.size else 0.0  # all non-finite
     limit = crit.mean_limit(variant, floor, step)
     floor_text = ("noise floor not measured" if floor is None else
                   f"noise floor {floor.mean_abs / step:.3f} step")
