@@ -33,6 +33,11 @@ NAMES = {
     "trtqat.quant_modules": ["initialize", "deactivate", "enable_onnx_export",
                              "QuantModuleReplacementHelper"],
     "trtqat.calib": ["MaxCalibrator", "HistogramCalibrator", "calibrate_weights"],
+    "trtqat.calib.max": ["MaxCalibrator"],
+    "trtqat.calib.histogram": ["HistogramCalibrator", "calibrate_weights"],
+    "trtqat.calib.calibrator": ["_Calibrator"],
+    "trtqat.version": ["__version__"],
+    "trtqat": ["initialize", "deactivate", "QuantModuleReplacementHelper", "__version__"],
     "trtqat.tensor_quant": ["QuantDescriptor", "ScaledQuantDescriptor", "tensor_quant",
                             "fake_tensor_quant", "legacy_fake_tensor_quant",
                             "fake_affine_tensor_quant", "scaled_e4m3", "TensorQuantFunction",
@@ -83,3 +88,17 @@ def test_utils_helpers():
         for h in saved:
             root.addHandler(h)
     assert amp_wrapper.half_function(len) is len and amp_wrapper.promote_function(abs) is abs
+
+
+def test_calib_submodules_and_top_level_name_the_same_objects():
+    import trtqat
+    from trtqat import calib, quant_modules
+    from trtqat.calib import calibrator, histogram
+    from trtqat.calib import max as calib_max
+
+    assert calib_max.MaxCalibrator is calib.MaxCalibrator
+    assert histogram.HistogramCalibrator is calib.HistogramCalibrator
+    assert histogram.calibrate_weights is calib.calibrate_weights
+    assert issubclass(calib.MaxCalibrator, calibrator._Calibrator)
+    assert trtqat.initialize is quant_modules.initialize
+    assert trtqat.deactivate is quant_modules.deactivate
