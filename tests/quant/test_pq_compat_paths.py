@@ -41,6 +41,7 @@ NAMES = {
     "trtqat.tensor_quant": ["QuantDescriptor", "ScaledQuantDescriptor", "tensor_quant",
                             "fake_tensor_quant", "legacy_fake_tensor_quant",
                             "fake_affine_tensor_quant", "scaled_e4m3", "TensorQuantFunction",
+                            "FakeTensorQuantFunction",
                             "QUANT_DESC_8BIT_PER_TENSOR", "QUANT_DESC_UNSIGNED_8BIT_PER_TENSOR",
                             "QUANT_DESC_8BIT_CONV1D_WEIGHT_PER_CHANNEL",
                             "QUANT_DESC_8BIT_CONV2D_WEIGHT_PER_CHANNEL",
