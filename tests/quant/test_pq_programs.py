@@ -114,3 +114,48 @@ def test_tutorial_flow_histogram_calibrate_reload_and_export():
     out = sess.run(None, {sess.get_inputs()[0].name: BATCHES[1].numpy()})[0]
     with torch.no_grad():
         np.testing.assert_allclose(out, fresh(BATCHES[1]).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"num_layers": 2, "bidirectional": True, "batch_first": True}])
+def test_quant_lstm_loads_float_weights_and_matches_lstm_when_disabled(kwargs):
+    torch.manual_seed(0)
+    ref = nn.LSTM(5, 6, **kwargs)
+    lstm = quant_nn.QuantLSTM(5, 6, **kwargs)
+    lstm.load_state_dict(ref.state_dict())
+    assert len(lstm._input_quantizers) == len(lstm._weight_quantizers) == (4 if kwargs else 1)
+    assert lstm._weight_quantizers[0].axis == 0  # per row of the fused gates
+    x = torch.randn(3, 4, 5)
+    quantizers = [m for m in lstm.modules() if isinstance(m, quant_nn.TensorQuantizer)]
+    for q in quantizers:
+        q.disable()
+    expected, (h_ref, c_ref) = ref(x)
+    out, (h, c) = lstm(x)
+    for a, b in ((out, expected), (h, h_ref), (c, c_ref)):
+        torch.testing.assert_close(a, b)
+    for q in quantizers:
+        q.enable()
+    quantized, _ = lstm(x)
+    assert 0 < (quantized - expected).abs().max() < 0.05
+    quantized.sum().backward()
+    assert lstm.weight_ih_l0.grad.abs().sum() > 0
+
+
+def test_quant_lstm_cell_calibrates_input_and_hidden_together():
+    torch.manual_seed(0)
+    ref = nn.LSTMCell(5, 6)
+    cell = quant_nn.QuantLSTMCell(5, 6, quant_desc_input=QuantDescriptor(calib_method="histogram"))
+    cell.load_state_dict(ref.state_dict())
+    x, hx = torch.randn(4, 5), (torch.randn(4, 6) * 3, torch.randn(4, 6))
+    cell.input_quantizer.disable_quant()
+    cell.input_quantizer.enable_calib()
+    cell(x, hx)
+    cell.input_quantizer.enable_quant()
+    cell.input_quantizer.disable_calib()
+    cell.input_quantizer.load_calib_amax("percentile", percentile=100)
+    assert float(cell.input_quantizer.amax) == pytest.approx(
+        float(torch.cat([x, hx[0]], 1).abs().max()), rel=1e-3)  # the hidden state's range wins
+    h, c = cell(x, hx)
+    h_ref, c_ref = ref(x, hx)
+    assert h.shape == (4, 6) and 0 < (h - h_ref).abs().max() < 0.05
+    with pytest.raises(ValueError):
+        quant_nn.QuantLSTM(5, 6, proj_size=2)
