@@ -153,3 +153,11 @@ def test_fake_tensor_quant_function_apply_matches_fake_tensor_quant_with_ste():
     assert amax.grad is None
     with pytest.raises(TypeError):
         pq_tensor_quant.FakeTensorQuantFunction.apply(x.detach(), 1.0, 8, True)  # negative, unsigned
+
+
+def test_fake_tensor_quant_with_an_amax_that_requires_grad_stays_in_the_graph():
+    amax = torch.tensor(1.0, requires_grad=True)
+    y = fake_tensor_quant(torch.tensor([0.5, 2.0]), amax)
+    assert y.requires_grad
+    y.sum().backward()  # pytorch-quantization: no error, and no gradient for amax
+    assert amax.grad is None
