@@ -8,9 +8,16 @@ from trtqat.quant import (
     compute_amax,
     quantize,
 )
-from trtqat.quant.quant_modules import enable_onnx_export
+from trtqat.quant.quant_modules import (
+    QuantModuleReplacementHelper,
+    deactivate,
+    enable_onnx_export,
+    initialize,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["QuantConfig", "QuantDescriptor", "TrtqatError", "__version__", "collect_stats",
-           "compute_amax", "enable_onnx_export", "quantize"]
+# pytorch-quantization's package also exposes initialize / deactivate at the top level.
+__all__ = ["QuantConfig", "QuantDescriptor", "QuantModuleReplacementHelper", "TrtqatError",
+           "__version__", "collect_stats", "compute_amax", "deactivate", "enable_onnx_export",
+           "initialize", "quantize"]

@@ -139,3 +139,25 @@ def test_clip_module_as_documented():
     inside = (x > 0.3) & (x < 0.7)
     assert bool((x.grad[~inside] == 0).all()) and bool((x.grad[inside] == 1).all())
     assert op.clip_value_min.grad.item() == float((x <= 0.3).sum())
+
+
+def test_fake_tensor_quant_function_apply_matches_fake_tensor_quant_with_ste():
+    from trtqat import tensor_quant as pq_tensor_quant
+
+    x = torch.tensor([-3.0, -0.5, 0.3, 0.9, 2.0], requires_grad=True)
+    amax = torch.tensor(1.0, requires_grad=True)
+    y = pq_tensor_quant.FakeTensorQuantFunction.apply(x, amax, 8, False, False)
+    torch.testing.assert_close(y, fake_tensor_quant(x.detach(), 1.0, 8, False, False))
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+    assert amax.grad is None
+    with pytest.raises(TypeError):
+        pq_tensor_quant.FakeTensorQuantFunction.apply(x.detach(), 1.0, 8, True)  # negative, unsigned
+
+
+def test_fake_tensor_quant_with_an_amax_that_requires_grad_stays_in_the_graph():
+    amax = torch.tensor(1.0, requires_grad=True)
+    y = fake_tensor_quant(torch.tensor([0.5, 2.0]), amax)
+    assert y.requires_grad
+    y.sum().backward()  # pytorch-quantization: no error, and no gradient for amax
+    assert amax.grad is None

@@ -9,7 +9,7 @@ NAMES = {
                   "QuantConvTranspose1d", "QuantConvTranspose2d", "QuantConvTranspose3d",
                   "QuantLinear", "QuantAvgPool2d", "QuantMaxPool2d", "QuantAdaptiveAvgPool2d",
                   "QuantInstanceNorm1d", "QuantInstanceNorm2d", "QuantInstanceNorm3d", "Clip",
-                  "Conv2d", "Linear", "functional"],
+                  "Conv2d", "Linear", "functional", "QuantLSTM", "QuantLSTMCell"],
     "trtqat.nn.modules.tensor_quantizer": ["TensorQuantizer"],
     "trtqat.nn.modules.quant_conv": ["QuantConv1d", "QuantConv2d", "QuantConv3d",
                                      "QuantConvTranspose1d", "QuantConvTranspose2d",
@@ -22,6 +22,7 @@ NAMES = {
     "trtqat.nn.modules.quant_instancenorm": ["QuantInstanceNorm1d", "QuantInstanceNorm2d",
                                              "QuantInstanceNorm3d"],
     "trtqat.nn.modules.clip": ["Clip"],
+    "trtqat.nn.modules.quant_rnn": ["QuantLSTM", "QuantLSTMCell", "LSTM", "LSTMCell"],
     "trtqat.nn.modules._utils": ["QuantMixin", "QuantInputMixin", "pop_quant_desc_in_kwargs"],
     "trtqat.nn.functional": ["clip", "ClipFunction"],
     "trtqat.utils": ["reduce_amax"],
@@ -33,9 +34,15 @@ NAMES = {
     "trtqat.quant_modules": ["initialize", "deactivate", "enable_onnx_export",
                              "QuantModuleReplacementHelper"],
     "trtqat.calib": ["MaxCalibrator", "HistogramCalibrator", "calibrate_weights"],
+    "trtqat.calib.max": ["MaxCalibrator"],
+    "trtqat.calib.histogram": ["HistogramCalibrator", "calibrate_weights"],
+    "trtqat.calib.calibrator": ["_Calibrator"],
+    "trtqat.version": ["__version__"],
+    "trtqat": ["initialize", "deactivate", "QuantModuleReplacementHelper", "__version__"],
     "trtqat.tensor_quant": ["QuantDescriptor", "ScaledQuantDescriptor", "tensor_quant",
                             "fake_tensor_quant", "legacy_fake_tensor_quant",
                             "fake_affine_tensor_quant", "scaled_e4m3", "TensorQuantFunction",
+                            "FakeTensorQuantFunction",
                             "QUANT_DESC_8BIT_PER_TENSOR", "QUANT_DESC_UNSIGNED_8BIT_PER_TENSOR",
                             "QUANT_DESC_8BIT_CONV1D_WEIGHT_PER_CHANNEL",
                             "QUANT_DESC_8BIT_CONV2D_WEIGHT_PER_CHANNEL",
@@ -83,3 +90,17 @@ def test_utils_helpers():
         for h in saved:
             root.addHandler(h)
     assert amp_wrapper.half_function(len) is len and amp_wrapper.promote_function(abs) is abs
+
+
+def test_calib_submodules_and_top_level_name_the_same_objects():
+    import trtqat
+    from trtqat import calib, quant_modules
+    from trtqat.calib import calibrator, histogram
+    from trtqat.calib import max as calib_max
+
+    assert calib_max.MaxCalibrator is calib.MaxCalibrator
+    assert histogram.HistogramCalibrator is calib.HistogramCalibrator
+    assert histogram.calibrate_weights is calib.calibrate_weights
+    assert issubclass(calib.MaxCalibrator, calibrator._Calibrator)
+    assert trtqat.initialize is quant_modules.initialize
+    assert trtqat.deactivate is quant_modules.deactivate

@@ -73,6 +73,24 @@ class TensorQuantFunction(torch.autograd.Function):
         return _ste(grad_outputs, inputs, amax), None, None, None, None
 
 
+class FakeTensorQuantFunction(torch.autograd.Function):
+    """Quantize-dequantize with the fused kernel: pytorch-quantization's class behind
+    ``fake_tensor_quant`` (``FakeTensorQuantFunction.apply(inputs, amax, num_bits, unsigned,
+    narrow_range)``). Straight-through gradient where ``|x| <= amax``; none for amax."""
+
+    @staticmethod
+    def forward(ctx, inputs, amax, num_bits=8, unsigned=False, narrow_range=True):  # type: ignore[override]
+        amax = _amax_tensor(amax, inputs)
+        _check(inputs, amax, unsigned)
+        ctx.save_for_backward(inputs, amax)
+        return functional.fake_tensor_quant(inputs, amax, num_bits, unsigned, narrow_range)
+
+    @staticmethod
+    def backward(ctx, grad_outputs):  # type: ignore[override]
+        inputs, amax = ctx.saved_tensors
+        return _ste(grad_outputs, inputs, amax), None, None, None, None
+
+
 class LegacyFakeTensorQuantFunction(torch.autograd.Function):
     """Quantize-dequantize in plain PyTorch (``codes / scale``)."""
 
@@ -154,7 +172,12 @@ def legacy_fake_tensor_quant(inputs: torch.Tensor, amax: torch.Tensor | float, n
 
 def fake_tensor_quant(inputs: torch.Tensor, amax: torch.Tensor | float, num_bits: int = 8,
                       unsigned: bool = False, narrow_range: bool = True) -> torch.Tensor:
-    """Quantize-dequantize with the fused kernel; gradient passes where ``|x| <= amax``."""
+    """Quantize-dequantize with the fused kernel; gradient passes where ``|x| <= amax``.
+
+    An amax that requires grad gets none, but (as there) the output is part of the graph.
+    """
+    if isinstance(amax, torch.Tensor) and amax.requires_grad and torch.is_grad_enabled():
+        return FakeTensorQuantFunction.apply(inputs, amax, num_bits, unsigned, narrow_range)
     amax_t = _amax_tensor(amax, inputs)
     _check(inputs, amax_t, unsigned)
     return functional.fake_tensor_quant(inputs, amax_t, num_bits, unsigned, narrow_range)

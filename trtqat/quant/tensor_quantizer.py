@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -12,6 +14,8 @@ from trtqat.quant.calib.base import reduce_dims
 from trtqat.quant.clip import Clip
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, quant_bounds
+
+log = logging.getLogger(__name__)
 
 
 def _make_calibrator(desc: QuantDescriptor):
@@ -203,11 +207,18 @@ class TensorQuantizer(nn.Module):
         """Set ``amax`` from the calibrator (``method``: percentile, mse, entropy, max).
 
         ``strict`` refuses ranges that are all zero; NaN, infinite and negative ranges are
-        always refused.
+        always refused. A calibrator that collected no data raises RuntimeError when
+        ``strict``; with ``strict=False`` (as pytorch-quantization programs pass for
+        quantizers that never ran, e.g. disabled ones) it warns and leaves amax unset, where
+        pytorch-quantization stores NaN: the quantizer stays uncalibrated, so export refuses it.
         """
         if self._calibrator is None:
             raise QuantizerStateError(f"{self._label()}: has no calibrator")
         amax = self._calibrator.compute_amax(*args, **kwargs)
+        if amax is None and not strict:
+            log.warning("%s: calibrator collected no data; amax left unset (strict=False)",
+                        self._label())
+            return
         if amax is None:
             raise CalibrationError(
                 f"{self._label()}: Calibrator returned None: it collected no data; run batches "
