@@ -79,6 +79,7 @@ def test_load_calib_amax_strict_false_skips_a_quantizer_that_saw_no_data(caplog)
         model.fc._input_quantizer.load_calib_amax()  # strict (the default) still raises
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter, as pq users call it
 def test_tutorial_flow_histogram_calibrate_reload_and_export():
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
