@@ -4,6 +4,7 @@ notes, summary labels, and the TensorRT run options on the fakes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,3 +180,20 @@ def test_loaded_engine_logs_at_this_commands_verbosity(capfd, dynamic_onnx, tmp_
     assert main([f"--loadEngine={engine}", *FAST]) == 0
     err = capfd.readouterr().err
     assert "onnxruntime" not in err  # ORT's INFO log is on only with --verbose
+
+
+@pytest.mark.parametrize("flag", ["--exportOutput", "--exportProfile", "--exportLayerInfo"])
+def test_json_reports_never_overwrite_other_files(capsys, dynamic_onnx, tmp_path, flag) -> None:
+    other = tmp_path / "model.onnx"
+    other.write_bytes(Path(dynamic_onnx).read_bytes())  # a model the report must not replace
+    before = other.read_bytes()
+    rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={other}", *FAST)
+    assert rc == 1 and len(err) == 1, err
+    assert f"{flag} {other} exists and is not an earlier {flag} file (JSON)" in err[0]
+    assert other.read_bytes() == before
+    rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={dynamic_onnx}", *FAST)
+    assert rc == 1 and "would destroy the input" in err[0]
+    report = tmp_path / "r.json"
+    for _ in range(2):  # an earlier report of the same kind is replaced
+        assert run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={report}", *FAST)[0] == 0
+    assert report.read_bytes().lstrip()[:1] in (b"[", b"{")

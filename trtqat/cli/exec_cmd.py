@@ -253,7 +253,10 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
     check_engine_outputs(args, [("--saveEngine", "saveEngine"),
-                                ("--exportTimes", "exportTimes")])
+                                ("--exportTimes", "exportTimes"),
+                                ("--exportOutput", "exportOutput"),
+                                ("--exportProfile", "exportProfile"),
+                                ("--exportLayerInfo", "exportLayerInfo")])
     if args.infStreams is not None and args.infStreams < 1:
         raise OptionsError(f"--infStreams must be >= 1, got {args.infStreams}")
     if args.device is not None and args.device < 0:
