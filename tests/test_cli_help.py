@@ -33,3 +33,9 @@ def test_every_subcommand_takes_log_level() -> None:
 def test_help_has_no_python_reprs(name: str) -> None:
     text = PARSER._subparsers._group_actions[0].choices[name].format_help()
     assert not REPR.search(text), REPR.search(text)
+
+
+def test_limit_batches_spelling_is_shared_by_sensitivity() -> None:
+    # calibrate/qat/train spell it --limit-batches; sensitivity takes that spelling too
+    args = PARSER.parse_args(["sensitivity", "--checkpoint", "c.pt", "--limit-batches", "2"])
+    assert args.batches == 2

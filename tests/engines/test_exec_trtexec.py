@@ -4,6 +4,7 @@ notes, summary labels, and the TensorRT run options on the fakes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,56 @@ def test_old_container_is_re_saved_as_a_plain_engine(capsys, dynamic_onnx, tmp_p
     sidecar_path(new).unlink()
     rc, out, err = run_exec(capsys, f"--loadEngine={new}", *FAST)
     assert rc == 0 and any(line.startswith("CPU Compute Time") for line in out)
+
+
+def test_common_trtexec_flags_parse_and_are_named(capsys, dynamic_onnx, tmp_path) -> None:
+    rc, out, err = run_exec(capsys, f"--onnx={dynamic_onnx}", "--noTF32", "--sparsity=disable",
+                            "--inputIOFormats=fp32:chw", "--dumpOutput", "--threads",
+                            "--explicitBatch", "--avgTiming=4", *FAST)
+    assert rc == 0, err
+    for flag in ("noTF32", "sparsity", "inputIOFormats", "dumpOutput", "explicitBatch",
+                 "avgTiming"):
+        assert f"[W] --{flag} is not supported by trtqat-exec; ignored" in err, (flag, err)
+    assert any(line.startswith("Throughput: ") for line in out)
+
+
+def test_old_trtexec_spellings_map_to_current_flags(capsys, dynamic_onnx, tmp_path) -> None:
+    engine = tmp_path / "m.onnx"
+    rc, out, err = run_exec(capsys, f"--onnx={dynamic_onnx}", "--workspace=64", "--streams=2",
+                            "--buildOnly", f"--saveEngine={engine}")
+    assert rc == 0, err
+    assert not any(line.startswith("Throughput") for line in out)  # --buildOnly: no inference
+    assert any(line.startswith("[W] --memPoolSize is ignored") for line in err)
+    assert any(line.startswith("[W] --infStreams is ignored") for line in err)
+    assert load_engine(engine).build_options.memory_pools == {"workspace": 64 << 20}
+    rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", "--streams=0", *FAST)
+    assert rc == 1 and err == ["trtqat-exec: error: --infStreams must be >= 1, got 0"]
+
+
+def test_loaded_engine_logs_at_this_commands_verbosity(capfd, dynamic_onnx, tmp_path) -> None:
+    from trtqat.cli.exec_cmd import main
+
+    engine = tmp_path / "m.onnx"
+    assert main([f"--onnx={dynamic_onnx}", f"--saveEngine={engine}", "--verbose",
+                 "--skipInference"]) == 0
+    capfd.readouterr()
+    assert main([f"--loadEngine={engine}", *FAST]) == 0
+    err = capfd.readouterr().err
+    assert "onnxruntime" not in err  # ORT's INFO log is on only with --verbose
+
+
+@pytest.mark.parametrize("flag", ["--exportOutput", "--exportProfile", "--exportLayerInfo"])
+def test_json_reports_never_overwrite_other_files(capsys, dynamic_onnx, tmp_path, flag) -> None:
+    other = tmp_path / "model.onnx"
+    other.write_bytes(Path(dynamic_onnx).read_bytes())  # a model the report must not replace
+    before = other.read_bytes()
+    rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={other}", *FAST)
+    assert rc == 1 and len(err) == 1, err
+    assert f"{flag} {other} exists and is not an earlier {flag} file (JSON)" in err[0]
+    assert other.read_bytes() == before
+    rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={dynamic_onnx}", *FAST)
+    assert rc == 1 and "would destroy the input" in err[0]
+    report = tmp_path / "r.json"
+    for _ in range(2):  # an earlier report of the same kind is replaced
+        assert run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={report}", *FAST)[0] == 0
+    assert report.read_bytes().lstrip()[:1] in (b"[", b"{")

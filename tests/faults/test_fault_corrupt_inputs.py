@@ -62,6 +62,8 @@ CASES = [
     (["build", "--out", "{tmp}/out/e.engine", "--onnx"], "onnx-folder", "is a folder, not an "
                                                                         "ONNX file"),
     (["lint"], "onnx-empty", "is empty or not an ONNX file"),
+    (["lint"], "onnx-random", "is not an ONNX model (truncated or another format)"),
+    (["lint"], "onnx-folder", "is a folder, not an ONNX file"),
     (["trtqat-exec", "--loadEngine"], "engine-random", "is not an ONNX model"),
     (["trtqat-exec", "--loadEngine"], "engine-truncated", "does not match its sidecar"),
     (["trtqat-exec", "--loadEngine"], "engine-folder", "is a folder, not an engine file"),

@@ -71,6 +71,7 @@ def test_image_folder(tmp_path, caplog):
     ("no_val", "has no val/ folder"),
     ("empty_class", "no readable image.*dog"),
     ("missing", "no such folder"),
+    ("file", r"is a file, not a folder.*flat folder of images or a \.npy/\.npz"),
 ])
 def test_image_folder_errors(tmp_path, case, match):
     if case == "no_val":
@@ -79,6 +80,9 @@ def test_image_folder_errors(tmp_path, case, match):
         root = _folder(tmp_path / "ds")
         for p in (root / "val" / "dog").iterdir():
             p.unlink()
+    elif case == "file":
+        root = tmp_path / "x.jpg"
+        root.write_bytes(b"")
     else:
         root = tmp_path / "nope"
     with pytest.raises(DataError, match=match):

@@ -77,6 +77,10 @@ def test_weights_that_do_not_fit_list_keys(model_file, tmp_path):
     torch.save(make_float(model_file, num_classes=3).state_dict(), tmp_path / "w3.pt")
     with pytest.raises(TrtqatError, match=r"shape .*7.weight \(3, 8\) vs \(10, 8\).*--num-classes"):
         ms.load_weights(ms.build(f"{model_file}:make", 10), "x", str(tmp_path / "w3.pt"))
+    torch.save(torch.nn.Linear(4, 2).state_dict(), tmp_path / "other.pt")  # another model
+    with pytest.raises(TrtqatError, match=r"unexpected weight, bias \(weights of another "
+                       r"model\? --weights takes the float weights of --model\)$"):
+        ms.load_weights(ms.build(f"{model_file}:make", 10), "x", str(tmp_path / "other.pt"))
 
 
 def test_weights_file_errors(model_file, tmp_path):

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="one-on: only that layer quantized; one-off: all but that layer")
     p.add_argument("--metric", choices=["top1", "loss", "output-mse"], default="top1",
                    help="ranking metric (ties broken by loss, then output MSE)")
-    p.add_argument("--batches", type=positive_int, default=None, metavar="N",
+    p.add_argument("--batches", "--limit-batches", type=positive_int, default=None, metavar="N",
                    help="validation batches to use (default: the whole split)")
     p.add_argument("--batch-size", "-b", type=positive_int, default=None,
                    help="images per batch (default: the checkpoint's)")

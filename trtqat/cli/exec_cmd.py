@@ -73,7 +73,9 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memPoolSize", metavar="workspace:1024", help="pool sizes, MiB default")
     parser.add_argument("--builderOptimizationLevel", type=int, metavar="N", help="0..5")
     parser.add_argument("--timingCacheFile", metavar="FILE", help="TensorRT timing cache")
-    parser.add_argument("--threads", type=int, metavar="N", help="ONNX Runtime intra-op threads")
+    parser.add_argument("--threads", type=int, nargs="?", const=None, metavar="N",
+                        help="ONNX Runtime intra-op threads (bare, trtexec's multithreading "
+                        "switch: ignored)")
     parser.add_argument("--providers", metavar="cpu|cuda|tensorrt,...",
                         help="ONNX Runtime execution providers (default cpu)")
     parser.add_argument("--profilingVerbosity", metavar="layer_names_only|detailed|none",
@@ -182,7 +184,53 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--separateProfileRun", action="store_true",
                      help="profile layers in a separate run after timing")
     run.add_argument("--dumpProfile", action="store_true", help="print the per-layer profile")
+    old = p.add_argument_group("trtexec aliases")
+    old.add_argument("--workspace", type=float, metavar="MIB",
+                     help="trtexec's old spelling of --memPoolSize=workspace:MIB")
+    old.add_argument("--streams", type=int, metavar="N", help="old spelling of --infStreams")
+    old.add_argument("--buildOnly", action="store_true", help="old spelling of --skipInference")
+    other = p.add_argument_group(
+        "other trtexec flags", "accepted so that trtexec command lines carry over; each one "
+        "given is ignored with a [W] line")
+    for flag in UNSUPPORTED_FLAGS:
+        other.add_argument(f"--{flag}", nargs="?", const=True, default=None, metavar="V",
+                           help=argparse.SUPPRESS)
     return p
+
+
+# trtexec flags trtqat-exec accepts and ignores (named in one [W] line each)
+UNSUPPORTED_FLAGS = (
+    "noTF32", "bf16", "fp8", "int4", "inputIOFormats", "outputIOFormats", "sparsity",
+    "allowGPUFallback", "useDLACore", "noBuilderCache", "noCompilationCache", "dumpOutput",
+    "dumpRawBindingsToFile", "idleTime", "sleepTime", "exposeDMA", "useManagedMemory",
+    "precisionConstraints", "layerPrecisions", "layerOutputTypes", "layerDeviceTypes",
+    "tacticSources", "maxAuxStreams", "persistentCacheRatio", "versionCompatible", "refit",
+    "safe", "avgTiming", "minTiming", "maxTiming", "timeDeserialize", "timeRefit",
+    "consistency", "explicitBatch", "plugins", "staticPlugins", "setPluginsToSerialize",
+    "preview", "hardwareCompatibilityLevel", "profile", "allocationStrategy",
+    "weightStreaming", "weightStreamingBudget", "directIO", "useRuntime", "leanDLLPath",
+    "excludeLeanRuntime", "tempdir", "tempfileControls", "markDebug", "maxTactics",
+    "errorOnTimingCacheMiss", "calib", "restricted",
+)
+
+
+def apply_trtexec_aliases(args: argparse.Namespace) -> list[str]:
+    """Map trtexec's old spellings (--workspace, --streams, --buildOnly) onto their current
+    flags, as trtexec does, and return one warning line per ignored trtexec flag given."""
+    from trtqat.engines.errors import OptionsError
+
+    if args.workspace is not None:
+        if not args.workspace > 0:
+            raise OptionsError(f"--workspace must be > 0 MiB, got {args.workspace:g}")
+        pools = [args.memPoolSize] if args.memPoolSize else []
+        args.memPoolSize = ",".join(pools + [f"workspace:{args.workspace:g}"])
+    if args.streams is not None:
+        if args.infStreams is not None and args.infStreams != args.streams:
+            raise OptionsError("--streams is the old spelling of --infStreams; give only one")
+        args.infStreams = args.streams
+    args.skipInference = args.skipInference or args.buildOnly
+    return [f"--{flag} is not supported by trtqat-exec; ignored"
+            for flag in dict.fromkeys(UNSUPPORTED_FLAGS) if getattr(args, flag) is not None]
 
 
 def _say(line: str = "") -> None:
@@ -200,10 +248,15 @@ def run(args: argparse.Namespace) -> int:
     )
     from trtqat.engines.fileformat import sidecar_path
 
+    for note in apply_trtexec_aliases(args):
+        logging.getLogger("trtqat.exec").warning(note)
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
     check_engine_outputs(args, [("--saveEngine", "saveEngine"),
-                                ("--exportTimes", "exportTimes")])
+                                ("--exportTimes", "exportTimes"),
+                                ("--exportOutput", "exportOutput"),
+                                ("--exportProfile", "exportProfile"),
+                                ("--exportLayerInfo", "exportLayerInfo")])
     if args.infStreams is not None and args.infStreams < 1:
         raise OptionsError(f"--infStreams must be >= 1, got {args.infStreams}")
     if args.device is not None and args.device < 0:
@@ -222,6 +275,9 @@ def run(args: argparse.Namespace) -> int:
         verb, source = "built", args.onnx
     else:
         engine = load_engine(args.loadEngine, backend)
+        # logging verbosity is this command's choice, not a property of the saved engine
+        engine.header["build_options"] = dict(engine.header.get("build_options") or {},
+                                              verbose=args.verbose)
         backend = engine.backend
         warn_ignored_flags(args, backend, loading=True)
         verb, source = "loaded", args.loadEngine

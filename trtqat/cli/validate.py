@@ -227,14 +227,33 @@ def is_times_file(path: Path) -> bool:
         return False
 
 
+def is_json_report(path: Path) -> bool:
+    """An earlier trtexec-style JSON report (--exportOutput/--exportProfile/--exportLayerInfo):
+    a file whose text starts with a JSON list or object."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip()[:1] in (b"[", b"{")
+    except OSError:
+        return False
+
+
+_JSON_REPORTS = ("exportOutput", "exportProfile", "exportLayerInfo")
+
+
 def check_engine_outputs(args: argparse.Namespace, outputs: Iterable[tuple[str, str]]) -> None:
     """Refuse engine outputs (``(flag, attribute)``) that are an input of the command or an
-    existing file that is not an earlier engine (``--exportTimes``: times) output."""
+    existing file that is not an earlier output of the same kind (an engine; ``--exportTimes``:
+    times; ``--exportOutput``/``--exportProfile``/``--exportLayerInfo``: a JSON report)."""
     inputs = [(f"--{name}", getattr(args, name, None))
               for name in ("onnx", "loadEngine", "calibInputs", "timingCacheFile")]
     for flag, attr in outputs:
         value = getattr(args, attr, None)
-        if value:
-            times = attr == "exportTimes"
-            check_output_file(value, flag, inputs, is_times_file if times else is_engine_file,
-                              "an earlier --exportTimes file" if times else "an engine file")
+        if not value:
+            continue
+        if attr == "exportTimes":
+            check_output_file(value, flag, inputs, is_times_file, "an earlier --exportTimes file")
+        elif attr in _JSON_REPORTS:
+            check_output_file(value, flag, inputs, is_json_report,
+                              f"an earlier {flag} file (JSON)")
+        else:
+            check_output_file(value, flag, inputs, is_engine_file, "an engine file")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trtqat.errors import TrtqatError
+
+log = logging.getLogger(__name__)
 
 # Display order of the report.
 ORDER = ("fp32", "fp16", "ptq-max", "ptq-percentile-99.9", "ptq-percentile-99.99", "ptq-mse",
@@ -75,11 +78,22 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
     paths = sorted(p for p in [root / "best.pt", *root.glob("*/best.pt")] if p.is_file())
     found: dict[str, Variant] = {}
     settings: dict[str, Any] = {}
+    first_arch: tuple[Path, str] | None = None
     for path in paths:
         ckpt = load_checkpoint(path)
-        for v in variants_of_checkpoint(path, ckpt):
-            found.setdefault(v.name, v)
         spec, args = ckpt.get("model", {}), ckpt.get("args") or {}
+        arch = str(spec.get("arch"))
+        first_arch = first_arch or (path, arch)
+        if arch != first_arch[1]:  # one report compares one model's FP32/PTQ/QAT engines
+            raise CompareError(
+                f"{path} holds model {arch} but {first_arch[0]} holds {first_arch[1]}; give "
+                "--run a folder with one model's runs (or compare ONNX files with --onnx)")
+        for v in variants_of_checkpoint(path, ckpt):
+            if v.name in found:
+                log.warning("%s also gives variant %s; measuring %s only (move the other run "
+                            "to its own --run folder to compare it)", path, v.name,
+                            found[v.name].checkpoint)
+            found.setdefault(v.name, v)
         settings.setdefault("arch", spec.get("arch"))
         if _labelled(args.get("data", "digits")):  # not a calibration-only folder/array
             settings.setdefault("data", args.get("data", "digits"))

@@ -119,12 +119,16 @@ def lint_model(model: onnx.ModelProto | str | os.PathLike) -> LintReport:
     source = "<model>"
     if not isinstance(model, onnx.ModelProto):
         source = str(model)
+        if Path(source).is_dir():
+            raise LintError(f"{source} is a folder, not an ONNX file: pass the .onnx file "
+                            "itself, e.g. trtqat lint export/model-qat-int8.onnx")
         if not Path(source).is_file():
             raise LintError(f"{source} does not exist: pass an .onnx file")
         try:
             model = onnx.load(source)
-        except Exception as exc:
-            raise LintError(f"cannot read {source} as ONNX: {str(exc).splitlines()[0]}") from None
+        except Exception:
+            raise LintError(f"{source} is not an ONNX model (truncated or another format): "
+                            "pass an .onnx written by `trtqat export`") from None
         if model.ir_version <= 0 or not model.graph.node:  # empty bytes parse as an empty model
             raise LintError(f"{source} is empty or not an ONNX file (no graph): pass an .onnx "
                             "written by `trtqat export`")

@@ -200,8 +200,10 @@ def _image_folder(root: Path, prep: Preprocess, strict: bool, augment: bool
     from torchvision.datasets import ImageFolder
 
     if not root.is_dir():
-        raise DataError(f"--data {root}: no such folder; use 'digits', 'synthetic' or an "
-                        "ImageFolder path with train/ and val/")
+        what = "is a file, not a folder" if root.is_file() else "no such folder"
+        raise DataError(f"--data {root}: {what}; use 'digits', 'synthetic' or an ImageFolder "
+                        "path with train/ and val/ (calibration also takes a flat folder of "
+                        "images or a .npy/.npz)")
     for split in ("train", "val"):
         if not (root / split).is_dir():
             raise DataError(f"{root} has no {split}/ folder: training and evaluation need "

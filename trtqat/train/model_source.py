@@ -292,8 +292,10 @@ def load_weights(model: nn.Module, source: str, weights: str, new_head: bool = F
         log.warning("weights %s: %s has another class count; it starts from random values",
                     path, ", ".join(sorted(head)))
         state = {k: v for k, v in state.items() if k not in head}
-    fit_state_dict(model, state, f"weights {path}",
-                   " (another class count? pass --num-classes N)", allow_missing=head)
+    # the class-count hint only where the classifier head is what differs
+    hint = (" (another class count? pass --num-classes N)" if _mismatched_head(model, state)
+            else " (weights of another model? --weights takes the float weights of --model)")
+    fit_state_dict(model, state, f"weights {path}", hint, allow_missing=head)
     return {"weights": str(path.resolve()), "weights_sha256": sha256(path)}
 
 
