@@ -23,6 +23,8 @@ triton is imported), which is how the tests check these kernels without a GPU.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -60,7 +62,7 @@ def _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANN
 
 
 @triton.jit
-def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, cstride, nch, qmin, qmax,
+def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, nbytes, cstride, nch, qmin, qmax,
                 PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr, WIDE: tl.constexpr,
                 BLOCK: tl.constexpr):
     pid, offs, valid = _block(n, WIDE, BLOCK)
@@ -78,15 +80,16 @@ def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, cstride, nch, qmin, qmax,
         bits = tl.reshape(inside, (BLOCK // 8, 8)) << tl.arange(0, 8)[None, :]
         packed = tl.sum(bits, axis=1).to(tl.uint8)
         boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
-        tl.store(mask_ptr + boffs, packed, mask=boffs < (n + 7) // 8)
+        tl.store(mask_ptr + boffs, packed, mask=boffs < nbytes)
 
 
 @triton.jit
-def _fq_grad_from_mask(g_ptr, mask_ptr, out_ptr, n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+def _fq_grad_from_mask(g_ptr, mask_ptr, out_ptr, n, nbytes, WIDE: tl.constexpr,
+                       BLOCK: tl.constexpr):
     pid, offs, valid = _block(n, WIDE, BLOCK)
     graw = tl.load(g_ptr + offs, mask=valid, other=0.0)
     boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
-    packed = tl.load(mask_ptr + boffs, mask=boffs < (n + 7) // 8, other=0).to(tl.int32)
+    packed = tl.load(mask_ptr + boffs, mask=boffs < nbytes, other=0).to(tl.int32)
     bits = tl.reshape((packed[:, None] >> tl.arange(0, 8)[None, :]) & 1, (BLOCK,))
     # the product is exactly representable in the gradient's dtype: the cast back is exact
     g = graw.to(tl.float32) * bits.to(tl.float32)
@@ -119,7 +122,10 @@ def _interpreting() -> bool:
 
 
 def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: the elements fill ``numel`` consecutive storage slots."""
+    """Non-overlapping and dense: the elements fill ``numel`` consecutive storage slots
+    (trivially so without elements, whatever the strides of the other dimensions)."""
+    if t.numel() == 0:
+        return True
     expected = 1
     for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
         if stride != expected:
@@ -140,11 +146,16 @@ def usable(x: torch.Tensor) -> bool:
 
 
 def _channel(x: torch.Tensor, amax: torch.Tensor) -> tuple[int, int] | None:
-    """``(stride, count)`` of the channel axis of ``amax``; (1, 1) per tensor; None: unsupported."""
-    if amax.numel() == 1:
-        return 1, 1
+    """``(stride, count)`` of the channel axis of ``amax``; (1, 1) per tensor; None: unsupported.
+
+    An ``amax`` with more dimensions than ``x`` is refused even with one element: broadcasting
+    grows the result (the reference returns ``amax.dim()`` dimensions), which these kernels,
+    writing ``empty_like(x)``, cannot.
+    """
     if amax.dim() > x.dim():
         return None
+    if amax.numel() == 1:
+        return 1, 1
     shape = (1,) * (x.dim() - amax.dim()) + tuple(amax.shape)
     axes = [d for d, size in enumerate(shape) if size != 1]
     if len(axes) != 1 or shape[axes[0]] != x.shape[axes[0]]:
@@ -160,6 +171,29 @@ def _grid(n: int) -> tuple[int]:
     return (triton.cdiv(n, BLOCK),)
 
 
+def _mask_bytes(n: int) -> int:
+    """Bytes of the bit-packed mask of ``n`` elements.
+
+    Computed here and passed to the kernels: in the kernels ``(n + 7) // 8`` would be int32
+    arithmetic for ``n < 2**31`` (Triton types such an argument i32) and wrap to a negative
+    bound for ``n`` within 7 of ``2**31``, so no mask byte would be stored or loaded.
+    """
+    return (n + 7) // 8
+
+
+def _wide(n: int) -> bool:
+    """Whether offsets need int64: the last program's ``pid * BLOCK + BLOCK - 1`` must fit int32."""
+    return triton.cdiv(n, BLOCK) * BLOCK > 2**31 - 1
+
+
+def _launch_context(device: torch.device) -> contextlib.AbstractContextManager:
+    """Make ``device`` current for a launch: Triton launches on the *current* CUDA device and
+    its current stream, not on the device of the tensors it is given."""
+    if device.type == "cuda":
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
+
+
 def forward(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
             save_mask: bool = True) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """``(y, bit-packed mask or None)``, or None when ``x``/``amax`` is not a supported case."""
@@ -170,12 +204,13 @@ def forward(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
     if not _same_layout(x, y):
         return None
     n = x.numel()
-    mask = torch.empty((n + 7) // 8, dtype=torch.uint8, device=x.device) if save_mask else None
+    mask = torch.empty(_mask_bytes(n), dtype=torch.uint8, device=x.device) if save_mask else None
     if n:
-        _fq_forward[_grid(n)](
-            x, y, _scales(amax, qmax, x.device), mask if save_mask else y, n, chan[0], chan[1],
-            float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1, SAVE_MASK=save_mask,
-            WIDE=n >= 2**31 - BLOCK, BLOCK=BLOCK)
+        with _launch_context(x.device):
+            _fq_forward[_grid(n)](
+                x, y, _scales(amax, qmax, x.device), mask if save_mask else y, n, _mask_bytes(n),
+                chan[0], chan[1], float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1,
+                SAVE_MASK=save_mask, WIDE=_wide(n), BLOCK=BLOCK)
     return y, mask
 
 
@@ -197,22 +232,33 @@ def grad_from_mask(grad: torch.Tensor, mask: torch.Tensor, shape: torch.Size,
     out = torch.empty_like(grad)
     n = grad.numel()
     if n:
-        _fq_grad_from_mask[_grid(n)](grad, mask, out, n, WIDE=n >= 2**31 - BLOCK, BLOCK=BLOCK)
+        with _launch_context(grad.device):
+            _fq_grad_from_mask[_grid(n)](grad, mask, out, n, _mask_bytes(n), WIDE=_wide(n),
+                                         BLOCK=BLOCK)
     return out
 
 
 def learnable_grad(grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin: int,
                    qmax: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(grad_x, grad_amax)`` of the learnable fake-quant, or None when not supported here."""
+    """``(grad_x, grad_amax)`` of the learnable fake-quant, or None when not supported here.
+
+    The amax gradient is summed with float32 atomics, whose order (hence last bits) varies
+    between runs; under ``torch.use_deterministic_algorithms(True)`` this returns None so the
+    caller uses the deterministic PyTorch reduction.
+    """
+    if torch.are_deterministic_algorithms_enabled():
+        return None
     chan = _channel(x, amax) if usable(x) else None
-    if chan is None or not _same_layout(grad, x) or grad.dtype not in _DTYPES:
+    if chan is None or not _same_layout(grad, x) or grad.dtype not in _DTYPES or \
+            grad.device != x.device:
         return None
     gx = torch.empty_like(grad)
     gamax = torch.zeros(chan[1], dtype=torch.float32, device=x.device)
     n = x.numel()
     if n:
-        _fq_learnable_grad[_grid(n)](
-            grad, x, _scales(amax, qmax, x.device), gx, gamax, n, chan[0], chan[1],
-            float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1, WIDE=n >= 2**31 - BLOCK,
-            BLOCK=BLOCK)
+        with _launch_context(x.device):
+            _fq_learnable_grad[_grid(n)](
+                grad, x, _scales(amax, qmax, x.device), gx, gamax, n, chan[0], chan[1],
+                float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1, WIDE=_wide(n),
+                BLOCK=BLOCK)
     return gx, gamax.reshape(amax.shape).to(amax.dtype)
