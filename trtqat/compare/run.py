@@ -208,8 +208,10 @@ def finish_variant(result: VariantResult, engine, cfg: CompareConfig) -> dict[st
     if cfg.backend == "ort" and cpu_only and "fp16" in result.precision:
         result.emulated = True
         result.notes.append("emulated: ORT's CPU provider runs fp16 in float (casts around "
-                            "float kernels), so this figure says nothing about fp16 speed; "
-                            "the variant is meant for TensorRT")
+                            "float kernels, and its graph optimizations reorder fp16 rounding), so "
+                            "its speed and top-1 say nothing about TensorRT's fp16; the "
+                            "export check runs the file as written; the variant is meant "
+                            "for TensorRT")
     return {"threads": cfg.threads} if cfg.backend == "ort" else {}
 
 
