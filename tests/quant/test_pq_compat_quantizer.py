@@ -186,3 +186,19 @@ def test_learned_range_still_used_after_disable_clip():
     q.disable_clip()
     x = torch.tensor([0.25, 2.0])
     assert q(x).tolist() == pytest.approx([round(0.25 * 127 / 0.5) * 0.5 / 127, 0.5])
+
+
+def test_amax_broadcast_check_matches_torch_broadcasting():
+    """The per-call amax shape check (plain Python on sizes) agrees with torch's rule."""
+    import itertools
+
+    from trtqat.quant.amax import broadcasts
+
+    for la, lb in itertools.product(range(4), range(4)):
+        for a in itertools.product([1, 2, 3], repeat=la):
+            for b in itertools.product([1, 2, 3], repeat=lb):
+                try:
+                    expected = torch.broadcast_shapes(torch.Size(a), torch.Size(b)) == b
+                except RuntimeError:
+                    expected = False
+                assert broadcasts(torch.Size(a), torch.Size(b)) == expected, (a, b)

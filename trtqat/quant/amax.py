@@ -8,11 +8,14 @@ from trtqat.errors import AmaxValueError, QuantTypeError
 
 
 def broadcasts(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
-    """True if an amax of ``amax_shape`` broadcasts to ``input_shape`` without growing it."""
-    try:
-        return torch.broadcast_shapes(amax_shape, input_shape) == input_shape
-    except RuntimeError:
+    """True if an amax of ``amax_shape`` broadcasts to ``input_shape`` without growing it.
+
+    Plain Python on the sizes (every quantizer call checks it; ``torch.broadcast_shapes``
+    cost more than the fake-quant kernel itself on small layers)."""
+    if len(amax_shape) > len(input_shape):  # broadcasting would add dimensions
         return False
+    return all(int(a) == 1 or int(a) == int(b)
+               for a, b in zip(reversed(amax_shape), reversed(input_shape)))
 
 
 def checked_amax(value, label: str) -> torch.Tensor:

@@ -264,7 +264,7 @@ class TensorQuantizer(nn.Module):
         return outputs
 
     def _quant_forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if hasattr(self, "clip"):  # learn_amax: the range is the clip's, clip stage on or not
+        if "clip" in self._modules:  # learn_amax: the range is the clip's, clip stage on or not
             inputs = self.clip(inputs)
             amax = torch.max(-self.clip.clip_value_min, self.clip.clip_value_max).detach()
         else:
