@@ -4,9 +4,6 @@ and chosen automatically for CUDA tensors (needs a GPU)."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from triton_cases import case_ids  # noqa: E402
+from triton_cases import case_ids, run_in_interpreter  # noqa: E402
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="triton is not installed")
@@ -24,13 +21,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 @pytest.fixture(scope="module")
 def interpreter_results() -> dict:
     """Every case checked once, in one subprocess under TRITON_INTERPRET=1."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    root = str(HERE.parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(HERE / "triton_cases.py")], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+    return run_in_interpreter(HERE / "triton_cases.py")
 
 
 @needs_triton

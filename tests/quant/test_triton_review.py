@@ -4,9 +4,6 @@ amax broadcasting, determinism, launch device), checked under Triton's interpret
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +11,9 @@ import pytest
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from triton_cases import run_in_interpreter  # noqa: E402
+
 CHECKS = ["near-2**31-mask", "empty-and-0d", "amax-more-dims", "deterministic-learnable",
           "device-guard"]
 
@@ -24,13 +24,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 @pytest.fixture(scope="module")
 def verdicts() -> dict:
     """Every check once, in one subprocess under TRITON_INTERPRET=1."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    root = str(HERE.parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(HERE / "triton_review_cases.py")], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+    return run_in_interpreter(HERE / "triton_review_cases.py")
 
 
 @pytest.mark.parametrize("check", CHECKS)

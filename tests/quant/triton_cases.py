@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
 import sys
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -32,6 +34,18 @@ LAYOUTS = {
 # (num_bits, unsigned, narrow_range)
 FORMATS = [(8, False, True), (8, True, False), (4, False, False), (2, False, True),
            (16, True, False)]
+
+
+def run_in_interpreter(script: Path) -> dict:
+    """Run a cases script in one subprocess under TRITON_INTERPRET=1 (triton reads it when
+    kernels are defined) and return the JSON it prints."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
 
 
 def case_ids() -> list[str]:

@@ -91,8 +91,9 @@ class FakeTensorQuantFunction(torch.autograd.Function):
         return _ste(grad_outputs, inputs, amax), None, None, None, None
 
 
-class LegacyFakeTensorQuantFunction(torch.autograd.Function):
-    """Quantize-dequantize in plain PyTorch (``codes / scale``)."""
+class LegacyFakeTensorQuantFunction(FakeTensorQuantFunction):
+    """Quantize-dequantize in plain PyTorch (``codes / scale``); the same straight-through
+    backward as :class:`FakeTensorQuantFunction`."""
 
     @staticmethod
     def forward(ctx, inputs, amax, num_bits=8, unsigned=False, narrow_range=True):  # type: ignore[override]
@@ -101,11 +102,6 @@ class LegacyFakeTensorQuantFunction(torch.autograd.Function):
         ctx.save_for_backward(inputs, amax)
         codes, scale = _quant(inputs, amax, num_bits, unsigned, narrow_range)
         return (codes / scale).to(inputs.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_outputs):  # type: ignore[override]
-        inputs, amax = ctx.saved_tensors
-        return _ste(grad_outputs, inputs, amax), None, None, None, None
 
 
 class FakeAffineTensorQuantFunction(torch.autograd.Function):
