@@ -27,9 +27,10 @@ def run(args: argparse.Namespace) -> int:
     """Build, save, print one summary line."""
     from trtqat.engines import builder_class, canonical_backend
     from trtqat.engines.fileformat import sidecar_path
+    from trtqat.engines.registry import default_backend
 
     check_engine_outputs(args, [("--out", "out")])
-    backend = canonical_backend(args.backend or "ort")
+    backend = canonical_backend(args.backend or default_backend())
     warn_ignored_flags(args, backend, loading=False)
     start = time.perf_counter()
     engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)

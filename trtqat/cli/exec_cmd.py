@@ -58,9 +58,11 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``trtqat-exec`` and ``trtqat build`` (trtexec spellings)."""
+    from trtqat.engines.registry import backends_help
+
     parser.add_argument("--backend", default=None,
-                        help="ort (ONNX Runtime, the default for --onnx) or tensorrt; "
-                        "--loadEngine takes it from the file")
+                        help=backends_help("the default for --onnx")
+                        + "; --loadEngine takes it from the file")
     for flag, text in (("--shapes", "run shapes (alone, also min=opt=max when building)"),
                        ("--minShapes", "profile minimum shapes"), ("--optShapes", "profile "
                        "optimum shapes"), ("--maxShapes", "profile maximum shapes")):
@@ -242,11 +244,13 @@ def run(args: argparse.Namespace) -> int:
     from trtqat.engines import (
         BenchmarkSettings,
         OptionsError,
+        backend_info,
         builder_class,
         canonical_backend,
         load_engine,
     )
     from trtqat.engines.fileformat import sidecar_path
+    from trtqat.engines.registry import default_backend
 
     for note in apply_trtexec_aliases(args):
         logging.getLogger("trtqat.exec").warning(note)
@@ -269,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         data_transfers=args.transfers, cuda_graph=args.cuda_graph)
     start = time.perf_counter()
     if args.onnx:
-        backend = backend or "ort"
+        backend = backend or default_backend()
         warn_ignored_flags(args, backend, loading=False)
         engine = builder_class(backend)(options).build(args.onnx)
         verb, source = "built", args.onnx
@@ -293,11 +297,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for name, array in feed.items():
         _say(f"Input {name}: {array.dtype} {'x'.join(map(str, array.shape))}")
-    kwargs: dict[str, Any] = {"device": args.device or 0}
-    if backend == "ort":
-        kwargs["threads"] = args.threads
-    else:
-        kwargs.update(spin_wait=args.useSpinWait, streams=args.infStreams or 1)
+    kwargs = backend_info(backend).runner_kwargs(
+        device=args.device or 0, threads=args.threads, spin_wait=args.useSpinWait,
+        streams=args.infStreams or 1)
     with engine.runner(**kwargs) as runner:
         _say("Starting inference")
         result = runner.benchmark(feed, settings)

@@ -16,11 +16,12 @@ def _index_bounds(args: argparse.Namespace, engine: Any) -> dict[str, int]:
     import onnx
 
     from trtqat.engines.onnx_io import index_input_bounds
+    from trtqat.engines.registry import backend_info
 
     try:
         if args.onnx:
             model = onnx.load(args.onnx, load_external_data=False)
-        elif engine.backend == "ort":
+        elif backend_info(engine.backend).onnx_payload:
             model = onnx.load_from_string(engine.payload)
         else:
             return {}

@@ -25,6 +25,8 @@ from trtqat.engines.errors import (
     ShapeError,
 )
 from trtqat.engines.registry import (
+    BackendInfo,
+    backend_info,
     backend_names,
     build_engine,
     builder_class,
@@ -36,9 +38,9 @@ from trtqat.engines.specs import BuildOptions, TensorSpec, parse_shapes
 from trtqat.engines.timing import BenchmarkResult, BenchmarkSettings, QueryTimes
 
 __all__ = [
-    "BackendUnavailableError", "BenchmarkResult", "BenchmarkSettings", "BuildOptions", "Builder",
+    "BackendInfo", "BackendUnavailableError", "BenchmarkResult", "BenchmarkSettings", "BuildOptions", "Builder",
     "CudaError", "Engine", "EngineBuildError", "EngineError", "EngineFileError", "InputError",
     "ModelFileError", "OptionsError", "QueryTimes", "Runner", "ShapeError", "TensorSpec",
-    "backend_names", "build_engine", "builder_class", "canonical_backend", "engine_class",
+    "backend_info", "backend_names", "build_engine", "builder_class", "canonical_backend", "engine_class",
     "load_engine", "parse_shapes", "random_feed",
 ]
