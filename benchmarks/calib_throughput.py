@@ -20,8 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trtqat.quant.calib.histogram import HistogramCalibrator  # noqa: E402
+from trtqat.quant.calib.registry import methods  # noqa: E402
 
-METHODS = ("max", "percentile", "mse", "entropy")
+METHODS = methods()
 
 
 def _sync(device: torch.device) -> None:

@@ -17,6 +17,7 @@ from trtqat.cli.cmd_train import (
     report,
 )
 from trtqat.cli.validate import finite_float, int_range, positive_int, writable_dir
+from trtqat.quant.calib.registry import methods
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--checkpoint", "-c", default=None, metavar="PATH",
                    help="FP32 checkpoint (a .pt from `trtqat train`, or its run folder); "
                    "required for CNNs, optional for encoders (--model)")
-    g.add_argument("--method", choices=["max", "percentile", "mse", "entropy"],
+    g.add_argument("--method", choices=methods(),
                    default=None, help="how amax is computed from the activation histograms "
                    "(default: entropy for CNNs, mse for encoders)")
     g.add_argument("--percentile", type=finite_float(gt=0, le=100, unit="percent"), default=99.99,

@@ -1,20 +1,10 @@
-"""Fake-quantization core: descriptors, quantizers, Quant* modules and calibration."""
+"""Fake-quantization core: descriptors, quantizers, Quant* modules and calibration.
 
-from trtqat.quant.descriptor import QuantDescriptor
-from trtqat.quant.functional import fake_tensor_quant, fake_tensor_quant_learnable, tensor_quant
-from trtqat.quant.model_ops import (
-    QuantConfig,
-    collect_stats,
-    compute_amax,
-    disable_calibration,
-    disable_quantization,
-    enable_calibration,
-    enable_quantization,
-    name_quantizers,
-    quantize,
-    quantizers,
-)
-from trtqat.quant.tensor_quantizer import TensorQuantizer
+The names below load on first access (torch with them), so that the torch-free parts of the
+package (the calibration-method registry) import without torch.
+"""
+
+from trtqat.lazy import lazy_attributes
 
 __all__ = [
     "QuantConfig", "QuantDescriptor", "TensorQuantizer", "collect_stats", "compute_amax",
@@ -22,3 +12,17 @@ __all__ = [
     "fake_tensor_quant", "fake_tensor_quant_learnable", "name_quantizers", "quantize",
     "quantizers", "tensor_quant",
 ]
+
+_OPS = "trtqat.quant.model_ops"
+_FN = "trtqat.quant.functional"
+__getattr__, __dir__ = lazy_attributes(__name__, {
+    "QuantDescriptor": "trtqat.quant.descriptor",
+    "TensorQuantizer": "trtqat.quant.tensor_quantizer",
+    "fake_tensor_quant": _FN, "fake_tensor_quant_learnable": _FN, "tensor_quant": _FN,
+    **{name: _OPS for name in (
+        "QuantConfig", "collect_stats", "compute_amax", "disable_calibration",
+        "disable_quantization", "enable_calibration", "enable_quantization", "name_quantizers",
+        "quantize", "quantizers")},
+}, submodules=("amax", "calib", "clip", "descriptor", "export_mode", "fake_quant_op",
+               "functional", "functional_layers", "kernel_loader", "mixin", "model_ops",
+               "modules", "pq_ops", "quant_modules", "tensor_quantizer"))

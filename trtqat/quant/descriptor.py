@@ -19,7 +19,7 @@ from trtqat.errors import QuantConfigError, QuantTypeError
 
 log = logging.getLogger(__name__)
 
-CALIB_METHODS = ("max", "histogram")
+CALIB_METHODS = ("max", "histogram")  # built in; more: trtqat.quant.calib.registry
 E4M3 = (4, 3)
 
 _DEFAULTS: dict[str, Any] = {
@@ -127,9 +127,9 @@ class QuantDescriptor:
             raise QuantConfigError(f"scale_amax must be > 0, got {self._scale_amax!r}")
         self._calib_method = opts["calib_method"]
         if self._calib_method not in CALIB_METHODS:
-            raise QuantConfigError(
-                f"calib_method={self._calib_method!r} is unknown: use 'max' or 'histogram' "
-                "(percentile, mse and entropy are computed from a histogram)")
+            from trtqat.quant.calib.registry import calibrator_class
+
+            calibrator_class(self._calib_method)  # a registered calibrator, else one line
         self._unsigned = bool(opts["unsigned"])
         self._narrow_range = bool(opts["narrow_range"])
 

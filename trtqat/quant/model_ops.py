@@ -12,13 +12,20 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.quant.calib.registry import get_method, methods
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 log = logging.getLogger(__name__)
 
-AMAX_METHODS = ("max", "percentile", "mse", "entropy")
+
+
+def __getattr__(name: str):
+    # AMAX_METHODS: the registered amax methods (trtqat.quant.calib.registry), at access time
+    if name == "AMAX_METHODS":
+        return methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -197,18 +204,16 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
 def compute_amax(model: nn.Module, method: str = "max", **kwargs) -> None:
     """Set every quantizer's amax from its calibrator.
 
-    ``method`` applies to histogram calibrators ('max', 'percentile', 'mse', 'entropy',
-    with e.g. ``percentile=99.99``); max calibrators always use the maximum.
+    ``method`` (a registered amax method: 'max', 'percentile', 'mse', 'entropy', ...; see
+    :mod:`trtqat.quant.calib.registry`) applies to calibrators that take one (histograms),
+    with e.g. ``percentile=99.99``; max calibrators always use the maximum.
     """
-    if method not in AMAX_METHODS:
-        raise CalibrationError(f"unknown calibration method {method!r}: use one of {', '.join(AMAX_METHODS)}")
-    from trtqat.quant.calib import MaxCalibrator
-
+    get_method(method)  # an unknown method is refused before any quantizer changes
     name_quantizers(model)
     for _, q in quantizers(model):
         if q._calibrator is None or q.disabled:
             continue
-        if isinstance(q._calibrator, MaxCalibrator):
-            q.load_calib_amax()
-        else:
+        if q._calibrator.takes_method:
             q.load_calib_amax(method, **kwargs)
+        else:
+            q.load_calib_amax()

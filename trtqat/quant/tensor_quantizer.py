@@ -19,11 +19,10 @@ log = logging.getLogger(__name__)
 
 
 def _make_calibrator(desc: QuantDescriptor):
-    from trtqat.quant.calib import HistogramCalibrator, MaxCalibrator
+    from trtqat.quant.calib.registry import make_calibrator
 
-    cls = HistogramCalibrator if desc.calib_method == "histogram" else MaxCalibrator
     bits = desc.num_bits if isinstance(desc.num_bits, int) else 8  # E4M3: ranges as for int8
-    return cls(bits, desc.axis, desc.unsigned)
+    return make_calibrator(desc.calib_method, bits, desc.axis, desc.unsigned)
 
 
 class TensorQuantizer(nn.Module):

@@ -1,8 +1,21 @@
-"""Calibrators: turn statistics of a tensor into its quantization range (amax)."""
+"""Calibrators: turn statistics of a tensor into its quantization range (amax).
 
-from trtqat.quant.calib.base import Calibrator
-from trtqat.quant.calib.histogram import HistogramCalibrator
-from trtqat.quant.calib.max import MaxCalibrator
-from trtqat.quant.calib.weights import calibrate_weights
+Methods and calibrators are registered by name in :mod:`trtqat.quant.calib.registry`
+(torch-free to import); the classes below load torch on first access.
+"""
 
-__all__ = ["Calibrator", "HistogramCalibrator", "MaxCalibrator", "calibrate_weights"]
+from trtqat.lazy import lazy_attributes
+
+__all__ = ["AmaxMethod", "Calibrator", "HistogramCalibrator", "MaxCalibrator",
+           "calibrate_weights", "make_calibrator", "methods", "register_calibrator",
+           "register_method"]
+
+_REG = "trtqat.quant.calib.registry"
+__getattr__, __dir__ = lazy_attributes(__name__, {
+    "Calibrator": "trtqat.quant.calib.base",
+    "HistogramCalibrator": "trtqat.quant.calib.histogram",
+    "MaxCalibrator": "trtqat.quant.calib.max",
+    "calibrate_weights": "trtqat.quant.calib.weights",
+    **{name: _REG for name in ("AmaxMethod", "make_calibrator", "methods",
+                               "register_calibrator", "register_method")},
+}, submodules=("base", "distributed", "histogram", "max", "registry", "thresholds", "weights"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from trtqat.errors import QuantConfigError
@@ -26,8 +28,12 @@ class Calibrator:
     """Collects statistics of a tensor and turns them into a range ``amax``.
 
     ``amax`` has the keep-dim shape of the tensor along ``axis`` (0-d per tensor). Every
-    statistic stays on the tensor's device.
+    statistic stays on the tensor's device. ``takes_method``: ``compute_amax`` takes an amax
+    method name (see :mod:`trtqat.quant.calib.registry`); others always give their own range.
+    A new calibrator is a subclass plus ``registry.register_calibrator(kind, cls)``.
     """
+
+    takes_method: ClassVar[bool] = False
 
     def __init__(self, num_bits: int = 8, axis: tuple[int, ...] | int | None = None,
                  unsigned: bool = False) -> None:

@@ -17,8 +17,9 @@ import torch
 import torch.distributed as dist
 
 from trtqat.errors import CalibrationError
-from trtqat.quant.calib.histogram import HistogramCalibrator, rebin_histogram
+from trtqat.quant.calib.histogram import HistogramCalibrator
 from trtqat.quant.calib.max import MaxCalibrator
+from trtqat.quant.calib.thresholds import rebin_histogram
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,7 @@ from torch import nn
 
 from trtqat.errors import CalibrationMethodError
 from trtqat.quant.calib.histogram import HistogramCalibrator
-
-WEIGHT_METHODS = ("max", "percentile", "mse")
+from trtqat.quant.calib.registry import weight_methods
 
 
 def _weight_axis(module: nn.Module, perchannel: bool) -> int | None:
@@ -28,7 +27,7 @@ def calibrate_weights(model: nn.Module, method: str = "percentile", perchannel: 
                       percentile: float = 99.99, num_bins: int = 2048) -> None:
     """Set the amax of every weight quantizer from its weight.
 
-    ``method`` ('max', 'percentile' or 'mse') is used for every layer, whatever calibrator
+    ``method`` ('max', 'percentile', 'mse' or another registered weight method) is used for every layer, whatever calibrator
     the quantizer carries. Per channel (``perchannel``) along the output channels: axis 0,
     axis 1 for ConvTranspose. The amax has the keep-dim shape of the weight along that axis
     (0-d per tensor) and replaces any amax of another shape.
@@ -36,9 +35,9 @@ def calibrate_weights(model: nn.Module, method: str = "percentile", perchannel: 
     Raises:
         TypeError: an unknown ``method``.
     """
-    if method not in WEIGHT_METHODS:
+    if method not in weight_methods():
         raise CalibrationMethodError(f"Unsupported calibration method {method!r}: use one of "
-                                     f"{', '.join(WEIGHT_METHODS)}")
+                                     f"{', '.join(weight_methods())}")
     for _, module in model.named_modules():
         quantizer = getattr(module, "_weight_quantizer", None)
         weight = getattr(module, "weight", None)
@@ -48,6 +47,5 @@ def calibrate_weights(model: nn.Module, method: str = "percentile", perchannel: 
         num_bits = quantizer.num_bits if isinstance(quantizer.num_bits, int) else 8
         calib = HistogramCalibrator(num_bits, axis, quantizer.unsigned, num_bins=num_bins)
         calib.collect(weight.detach())
-        kwargs = {"percentile": percentile} if method == "percentile" else {}
-        amax = calib.compute_amax(method, **kwargs)
+        amax = calib.compute_amax(method, percentile=percentile)
         quantizer._store_amax(quantizer._checked_amax(amax))
