@@ -40,7 +40,7 @@ from trtqat.engines.ort_qdq_matmul import (
     has_quantized_matmul,
 )
 from trtqat.engines.ort_qdq_rewrite import (
-    fold_batchnorm,
+    fold_batchnorm_nodes,
     insert_output_quantizers,
     prequantize_weights,
     quantize_gemm_bias,
@@ -325,7 +325,7 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     # MatMul graphs: fold the exporter's scale subgraphs (and weight Transposes) first
     g = Graph(fold_constants(model, threads) if matmul_graph else copy.deepcopy(model))
     passes: dict[str, Any] = {"weights_prequantized": prequantize_weights(g)}
-    passes["batchnorm_folded"] = fold_batchnorm(g)
+    passes["batchnorm_folded"] = fold_batchnorm_nodes(g)
     passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
     if unify:
         passes.update(unify_quantizers(g))

@@ -85,8 +85,10 @@ def prequantize_weights(g: Graph) -> int:
     return count
 
 
-def fold_batchnorm(g: Graph) -> int:
-    """Fold ``Conv(DQ(int8 W)) -> BatchNormalization`` into the weight scale and the bias."""
+def fold_batchnorm_nodes(g: Graph) -> int:
+    """Fold ``Conv(DQ(int8 W)) -> BatchNormalization`` nodes of an ONNX graph into the weight
+    scale and the bias (the graph-level twin of ``trtqat.export.fold_batchnorm``, which folds
+    BatchNorm modules of a torch model before export)."""
     count = 0
     for conv in [n for n in g.graph.node if n.op_type == "Conv"]:
         bn = g.only_consumer(conv.output[0])
