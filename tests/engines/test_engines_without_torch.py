@@ -7,9 +7,11 @@ import subprocess
 import sys
 
 
-def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=180)
+def _assert_prints_ok(code: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", code + "print('ok')\n"], capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
 
 
 def test_import_engines_does_not_import_torch() -> None:
@@ -23,11 +25,8 @@ def test_import_engines_does_not_import_torch() -> None:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch'\n"
         "             or m.startswith(('trtqat.quant', 'trtqat.export', 'trtqat.train')))\n"
         "assert not bad, bad[:5]\n"
-        "print('ok')\n"
     )
-    proc = _run(code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    _assert_prints_ok(code)
 
 
 def test_top_level_names_load_on_first_use() -> None:
@@ -45,8 +44,5 @@ def test_top_level_names_load_on_first_use() -> None:
         "    assert 'no_such_name' in str(exc)\n"
         "else:\n"
         "    raise SystemExit('no AttributeError')\n"
-        "print('ok')\n"
     )
-    proc = _run(code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    _assert_prints_ok(code)

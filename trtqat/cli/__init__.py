@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from trtqat.cli.guard import run_guarded
 from trtqat.cli.parsing import (
     SubcommandParser,
     add_common_options,
@@ -19,7 +20,6 @@ from trtqat.cli.parsing import (
     dry_run_requested,
 )
 from trtqat.cli.validate import OneLineParser
-from trtqat.errors import TrtqatError
 
 # Order shown in --help. A name here is a module trtqat.cli.cmd_<name>.
 COMMANDS = ["demo", "train", "calibrate", "qat", "export", "lint", "build", "compare",
@@ -97,15 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(dry_run_line("trtqat", sys.argv[1:] if argv is None else argv))
         return 0
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        result = args.func(args)
-    except TrtqatError as exc:
-        print(f"trtqat {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"trtqat {args.command}: interrupted", file=sys.stderr)
-        return 130
-    return int(result or 0)
+    return run_guarded(f"trtqat {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

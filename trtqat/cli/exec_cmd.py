@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from trtqat.cli.exec_feed import make_feed
+from trtqat.cli.guard import run_guarded
 from trtqat.cli.parsing import dry_run_line, dry_run_requested
 from trtqat.cli.validate import OneLineParser, check_engine_outputs, writable_file
-from trtqat.errors import TrtqatError
 
 PROG = "trtqat-exec"
 _UNITS = {"": 1 << 20, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -382,13 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     logger.propagate = False
     try:
-        return run(args)
-    except TrtqatError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return run_guarded(PROG, lambda: run(args))
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)

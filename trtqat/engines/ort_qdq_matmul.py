@@ -116,25 +116,21 @@ def _quantized_b(g: Graph, name: str) -> tuple[str, np.ndarray, np.ndarray] | No
     return dq.input[0], scale, zp
 
 
+def _other_const(g: Graph, node: onnx.NodeProto, op_type: str, x: str) -> np.ndarray | None:
+    """The constant operand of a binary ``op_type`` node whose other operand is ``x``."""
+    other = [i for i in node.input if i != x]
+    return g.const(other[0]) if node.op_type == op_type and len(other) == 1 else None
+
+
 def _scalar_mul(g: Graph, node: onnx.NodeProto, x: str) -> float | None:
     """The constant scalar factor of ``Mul(x, c)`` / ``Mul(c, x)``, else None."""
-    if node.op_type != "Mul":
-        return None
-    other = [i for i in node.input if i != x]
-    if len(other) != 1:
-        return None
-    c = g.const(other[0])
+    c = _other_const(g, node, "Mul", x)
     return float(c.reshape(())) if c is not None and c.size == 1 else None
 
 
 def _column_bias(g: Graph, node: onnx.NodeProto, x: str, n_cols: int | None) -> np.ndarray | None:
     """The constant per-column bias of ``Add(x, b)`` / ``Add(b, x)`` (shape [N])."""
-    if node.op_type != "Add":
-        return None
-    other = [i for i in node.input if i != x]
-    if len(other) != 1:
-        return None
-    b = g.const(other[0])
+    b = _other_const(g, node, "Add", x)
     if b is None or b.ndim != 1 or b.dtype != np.float32 or (n_cols is not None and b.size != n_cols):
         return None
     return b

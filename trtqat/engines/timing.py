@@ -74,21 +74,11 @@ class QueryTimes:
     d2h_start: float
     d2h_end: float
 
-    @property
-    def enqueue_ms(self) -> float:
-        return self.enq_end - self.enq_start
-
-    @property
-    def h2d_ms(self) -> float:
-        return self.h2d_end - self.h2d_start
-
-    @property
-    def compute_ms(self) -> float:
-        return self.compute_end - self.compute_start
-
-    @property
-    def d2h_ms(self) -> float:
-        return self.d2h_end - self.d2h_start
+    enqueue_ms = property(lambda self: self.enq_end - self.enq_start, doc="Enqueue time (ms).")
+    h2d_ms = property(lambda self: self.h2d_end - self.h2d_start, doc="H2D copy time (ms).")
+    compute_ms = property(lambda self: self.compute_end - self.compute_start,
+                          doc="Compute time (ms).")
+    d2h_ms = property(lambda self: self.d2h_end - self.d2h_start, doc="D2H copy time (ms).")
 
     @property
     def latency_ms(self) -> float:

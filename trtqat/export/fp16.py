@@ -91,38 +91,33 @@ def _convert_node(node: onnx.NodeProto, scales: set[str]) -> None:
 
 def _convert_io(graph: onnx.GraphProto, io_type: int) -> None:
     initializers = {t.name for t in graph.initializer}
-    head, tail = [], []
-    for value in graph.input:
-        ttype = value.type.tensor_type
-        if value.name in initializers or ttype.elem_type != TensorProto.FLOAT:
-            continue
-        if io_type == TensorProto.FLOAT16:
-            ttype.elem_type = TensorProto.FLOAT16
-            continue
-        inner = f"{value.name}_fp16"
-        for node in graph.node:
-            for i, name in enumerate(node.input):
-                if name == value.name:
-                    node.input[i] = inner
-        head.append(helper.make_node("Cast", [value.name], [inner], name=f"{value.name}/Cast",
-                                     to=TensorProto.FLOAT16))
-    for value in graph.output:
-        ttype = value.type.tensor_type
-        if ttype.elem_type != TensorProto.FLOAT:
-            continue
-        if io_type == TensorProto.FLOAT16:
-            ttype.elem_type = TensorProto.FLOAT16
-            continue
-        inner = f"{value.name}_fp16"
-        for node in graph.node:
-            for i, name in enumerate(node.output):
-                if name == value.name:
-                    node.output[i] = inner
-            for i, name in enumerate(node.input):
-                if name == value.name:
-                    node.input[i] = inner
-        tail.append(helper.make_node("Cast", [inner], [value.name], name=f"{value.name}/Cast",
-                                     to=TensorProto.FLOAT))
+    head = [_cast_boundary(graph, v, io_type, False) for v in graph.input
+            if v.name not in initializers]
+    tail = [_cast_boundary(graph, v, io_type, True) for v in graph.output]
+    head, tail = [n for n in head if n is not None], [n for n in tail if n is not None]
     nodes = head + list(graph.node) + tail
     del graph.node[:]
     graph.node.extend(nodes)
+
+
+def _cast_boundary(graph: onnx.GraphProto, value: onnx.ValueInfoProto, io_type: int,
+                   is_output: bool) -> onnx.NodeProto | None:
+    """A float32 graph input/output of the fp16 graph: float16 itself (fp16 I/O), or kept
+    float32 with the Cast between it and the graph returned (renaming its uses)."""
+    ttype = value.type.tensor_type
+    if ttype.elem_type != TensorProto.FLOAT:
+        return None
+    if io_type == TensorProto.FLOAT16:
+        ttype.elem_type = TensorProto.FLOAT16
+        return None
+    inner = f"{value.name}_fp16"
+    for node in graph.node:
+        for names in ((node.input, node.output) if is_output else (node.input,)):
+            for i, name in enumerate(names):
+                if name == value.name:
+                    names[i] = inner
+    if is_output:
+        return helper.make_node("Cast", [inner], [value.name], name=f"{value.name}/Cast",
+                                to=TensorProto.FLOAT)
+    return helper.make_node("Cast", [value.name], [inner], name=f"{value.name}/Cast",
+                            to=TensorProto.FLOAT16)

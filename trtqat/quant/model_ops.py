@@ -6,6 +6,7 @@ import fnmatch
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -18,6 +19,7 @@ from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=nn.Module)
 
 
 
@@ -89,11 +91,16 @@ def quantize(model: nn.Module, config: QuantConfig | None = None) -> nn.Module:
     return model
 
 
+def modules_of(model: nn.Module, cls: type[M]) -> Iterator[tuple[str, M]]:
+    """Every submodule of ``model`` that is a ``cls``, with its qualified name."""
+    for name, module in model.named_modules():
+        if isinstance(module, cls):
+            yield name, module
+
+
 def quantizers(model: nn.Module) -> Iterator[tuple[str, TensorQuantizer]]:
     """Every TensorQuantizer of ``model`` with its qualified name."""
-    for name, module in model.named_modules():
-        if isinstance(module, TensorQuantizer):
-            yield name, module
+    return modules_of(model, TensorQuantizer)
 
 
 def name_quantizers(model: nn.Module) -> None:
@@ -120,24 +127,26 @@ def disable_layers(model: nn.Module, patterns: Iterable[str]) -> list[str]:
     return hit
 
 
-def enable_calibration(model: nn.Module) -> None:
-    """Quantizers collect statistics and pass tensors through unquantized."""
+def _set_calibration(model: nn.Module, on: bool) -> None:
     for _, q in quantizers(model):
-        if q._calibrator is not None:
+        if q._calibrator is None:
+            q.disable() if on else q.enable()
+        elif on:
             q.disable_quant()
             q.enable_calib()
         else:
-            q.disable()
+            q.enable_quant()
+            q.disable_calib()
+
+
+def enable_calibration(model: nn.Module) -> None:
+    """Quantizers collect statistics and pass tensors through unquantized."""
+    _set_calibration(model, True)
 
 
 def disable_calibration(model: nn.Module) -> None:
     """Quantizers stop collecting and quantize again."""
-    for _, q in quantizers(model):
-        if q._calibrator is not None:
-            q.enable_quant()
-            q.disable_calib()
-        else:
-            q.enable()
+    _set_calibration(model, False)
 
 
 def enable_quantization(model: nn.Module) -> None:

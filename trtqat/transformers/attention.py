@@ -25,7 +25,7 @@ from torch import nn
 
 from trtqat.errors import QuantConfigError
 from trtqat.quant.descriptor import QuantDescriptor
-from trtqat.quant.model_ops import QuantConfig, name_quantizers, quantize
+from trtqat.quant.model_ops import QuantConfig, modules_of, name_quantizers, quantize
 from trtqat.transformers.matmul import QuantMatMul
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,4 @@ def quantize_transformer(model: nn.Module, quant_desc_input: QuantDescriptor | N
 
 def quant_matmuls(model: nn.Module) -> Iterator[tuple[str, QuantMatMul]]:
     """Every QuantMatMul of ``model`` with its qualified name."""
-    for name, m in model.named_modules():
-        if isinstance(m, QuantMatMul):
-            yield name, m
+    return modules_of(model, QuantMatMul)
