@@ -65,11 +65,6 @@ def check_finite_arrays(named: Iterable[tuple[str, Any]], what: str, fix: str) -
         raise NonFiniteError(f"{what} is not finite: {describe(found)}; {fix}")
 
 
-def check_finite_model(model: Any, what: str, fix: str = "retrain it with a lower --lr") -> None:
-    """Raise :class:`NonFiniteError` if a parameter or buffer of ``model`` is NaN or inf."""
-    check_finite_arrays(model_tensors(model), what, fix)
-
-
 def onnx_initializers(model: Any) -> Iterable[tuple[str, Any]]:
     """``(name, array)`` of every float initializer of an ``onnx.ModelProto`` (and of its
     ``Constant`` nodes)."""

@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from trtqat.export import validate as val
 from trtqat.export.onnx_export import Exporter, ExportResult
-from trtqat.finite import NonFiniteError, check_finite_model, first_non_finite
+from trtqat.finite import NonFiniteError, check_finite_arrays, first_non_finite, model_tensors
 from trtqat.train.checkpoint import FORMAT, save_checkpoint
 from trtqat.train.models import build_model
 
@@ -82,7 +82,7 @@ def test_finite_helpers_name_the_first_bad_tensor(tmp_path):
     assert first_non_finite(model.state_dict().items()) is None
     model[1].running_var[1] = float("inf")
     with pytest.raises(NonFiniteError, match="'1.running_var' holds 1 of 2"):
-        check_finite_model(model, "the model")
+        check_finite_arrays(model_tensors(model), "the model", "retrain it")
     with pytest.raises(NonFiniteError, match="'1.running_var'"):
         save_checkpoint(tmp_path / "last.pt", {"state_dict": model.state_dict()})
     assert list(tmp_path.iterdir()) == []

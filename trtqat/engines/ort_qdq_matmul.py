@@ -60,16 +60,6 @@ def has_quantized_matmul(model: onnx.ModelProto) -> bool:
     return False
 
 
-def needs_constant_folding(model: onnx.ModelProto) -> bool:
-    """True when a Q/DQ node's scale or zero-point is computed by nodes (not a constant)."""
-    g = Graph(model)
-    for n in g.graph.node:
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            if any(i and not g.is_const(i) for i in n.input[1:]):
-                return True
-    return False
-
-
 def fold_constants(model: onnx.ModelProto, threads: int = 1) -> onnx.ModelProto:
     """``model`` after ORT's basic (provider-independent) graph optimisations: constant
     subgraphs folded, Q/DQ propagated across data-movement ops, weight Transposes folded."""
