@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+DESCRIPTION = (
+    "Check that an ONNX file's Q/DQ nodes let TensorRT build a fully INT8 engine: DQ on every "
+    "Conv/Gemm/MatMul input, per-channel weight scales on the right axis, zero-points 0, "
+    "quantized residual Adds, one scale per Concat, no quantized tensor fed to an op with no "
+    "INT8 form; attention MatMuls (Q.K^T, P.V) need Q/DQ on both operands. Layers the export "
+    "left in float on purpose (--skip-layers, recorded in the file's metadata) are counted as "
+    "'skipped on purpose', not warned about. Exits 1 on errors.")
+
 
 def register(subparsers) -> None:
     """Add the ``lint`` subcommand."""
-    p = subparsers.add_parser(
-        "lint", help="check Q/DQ placement for fully INT8 TensorRT engines",
-        description="Check that an ONNX file's Q/DQ nodes let TensorRT build a fully INT8 "
-        "engine: DQ on every Conv/Gemm/MatMul input, per-channel weight scales on the right "
-        "axis, zero-points 0, quantized residual Adds, one scale per Concat, no quantized "
-        "tensor fed to an op with no INT8 form; attention MatMuls (Q.K^T, P.V) need Q/DQ on "
-        "both operands. Layers the export left in float on purpose (--skip-layers, recorded "
-        "in the file's metadata) are counted as 'skipped on purpose', not warned about. "
-        "Exits 1 on errors.")
+    p = subparsers.add_parser("lint", description=DESCRIPTION,
+                              help="check Q/DQ placement for fully INT8 TensorRT engines")
     p.add_argument("onnx", nargs="+", help="ONNX file(s)")
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
     p.add_argument("--errors-only", action="store_true", help="print errors only")

@@ -53,14 +53,20 @@ def _ste(grad, inputs, amax):
     return torch.where(inputs.abs() <= amax, grad, torch.zeros_like(grad))
 
 
+def _saved(ctx, inputs: torch.Tensor, amax, unsigned: bool) -> torch.Tensor:
+    """amax as a tensor, checked against ``inputs``; both saved for the backward."""
+    amax = _amax_tensor(amax, inputs)
+    _check(inputs, amax, unsigned)
+    ctx.save_for_backward(inputs, amax)
+    return amax
+
+
 class TensorQuantFunction(torch.autograd.Function):
     """Quantize to integer codes (held in the input's float dtype) and return the scale."""
 
     @staticmethod
     def forward(ctx, inputs, amax, num_bits=8, unsigned=False, narrow_range=True):  # type: ignore[override]
-        amax = _amax_tensor(amax, inputs)
-        _check(inputs, amax, unsigned)
-        ctx.save_for_backward(inputs, amax)
+        amax = _saved(ctx, inputs, amax, unsigned)
         codes, scale = _quant(inputs, amax, num_bits, unsigned, narrow_range)
         if inputs.dtype == torch.half and bool(scale.max() > torch.finfo(torch.half).max):
             raise QuantConfigError(f"scale is too large for FP16 with amax={amax.min().item():g}: "
@@ -80,9 +86,7 @@ class FakeTensorQuantFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs, amax, num_bits=8, unsigned=False, narrow_range=True):  # type: ignore[override]
-        amax = _amax_tensor(amax, inputs)
-        _check(inputs, amax, unsigned)
-        ctx.save_for_backward(inputs, amax)
+        amax = _saved(ctx, inputs, amax, unsigned)
         return functional.fake_tensor_quant(inputs, amax, num_bits, unsigned, narrow_range)
 
     @staticmethod
@@ -97,9 +101,7 @@ class LegacyFakeTensorQuantFunction(FakeTensorQuantFunction):
 
     @staticmethod
     def forward(ctx, inputs, amax, num_bits=8, unsigned=False, narrow_range=True):  # type: ignore[override]
-        amax = _amax_tensor(amax, inputs)
-        _check(inputs, amax, unsigned)
-        ctx.save_for_backward(inputs, amax)
+        amax = _saved(ctx, inputs, amax, unsigned)
         codes, scale = _quant(inputs, amax, num_bits, unsigned, narrow_range)
         return (codes / scale).to(inputs.dtype)
 
