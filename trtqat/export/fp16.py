@@ -89,10 +89,21 @@ def _convert_node(node: onnx.NodeProto, scales: set[str]) -> None:
                 raise ExportError(f"Constant {node.name} uses {a.name}; cannot convert to fp16")
 
 
+def _redirect(graph: onnx.GraphProto, name: str, inner: str, outputs: bool) -> None:
+    """Rename tensor ``name`` to ``inner`` where nodes read it (and write it: ``outputs``)."""
+    for node in graph.node:
+        fields = (node.input, node.output) if outputs else (node.input,)
+        for names in fields:
+            for i, value in enumerate(names):
+                if value == name:
+                    names[i] = inner
+
+
 def _convert_io(graph: onnx.GraphProto, io_type: int) -> None:
+    """Graph inputs/outputs to fp16, or kept fp32 with a Cast after/before each."""
     initializers = {t.name for t in graph.initializer}
     head, tail = [], []
-    for value in graph.input:
+    for value, is_output in [(v, False) for v in graph.input] + [(v, True) for v in graph.output]:
         ttype = value.type.tensor_type
         if value.name in initializers or ttype.elem_type != TensorProto.FLOAT:
             continue
@@ -100,29 +111,34 @@ def _convert_io(graph: onnx.GraphProto, io_type: int) -> None:
             ttype.elem_type = TensorProto.FLOAT16
             continue
         inner = f"{value.name}_fp16"
-        for node in graph.node:
-            for i, name in enumerate(node.input):
-                if name == value.name:
-                    node.input[i] = inner
-        head.append(helper.make_node("Cast", [value.name], [inner], name=f"{value.name}/Cast",
-                                     to=TensorProto.FLOAT16))
-    for value in graph.output:
-        ttype = value.type.tensor_type
-        if ttype.elem_type != TensorProto.FLOAT:
-            continue
-        if io_type == TensorProto.FLOAT16:
-            ttype.elem_type = TensorProto.FLOAT16
-            continue
-        inner = f"{value.name}_fp16"
-        for node in graph.node:
-            for i, name in enumerate(node.output):
-                if name == value.name:
-                    node.output[i] = inner
-            for i, name in enumerate(node.input):
-                if name == value.name:
-                    node.input[i] = inner
-        tail.append(helper.make_node("Cast", [inner], [value.name], name=f"{value.name}/Cast",
-                                     to=TensorProto.FLOAT))
+        _redirect(graph, value.name, inner, is_output)
+        if is_output:
+            tail.append(helper.make_node("Cast", [inner], [value.name],
+                                         name=f"{value.name}/Cast", to=TensorProto.FLOAT))
+        else:
+            head.append(helper.make_node("Cast", [value.name], [inner],
+                                         name=f"{value.name}/Cast", to=TensorProto.FLOAT16))
     nodes = head + list(graph.node) + tail
     del graph.node[:]
     graph.node.extend(nodes)
+
+
+def clip_to_fp16_range(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose float constants beyond fp16's range are clipped to it.
+
+    An additive attention mask fills padding with float32's lowest value; in fp16 that is
+    -65504, still far below any score, so the softmax is unchanged. Clipping first keeps
+    :func:`convert_to_fp16` from warning about it on every export.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    tensors = list(out.graph.initializer) + [
+        a.t for n in out.graph.node if n.op_type == "Constant" for a in n.attribute
+        if a.name == "value"]
+    for t in tensors:
+        if t.data_type != TensorProto.FLOAT:
+            continue
+        arr = numpy_helper.to_array(t)
+        if arr.size and np.abs(arr).max() > FP16_MAX:
+            t.CopyFrom(numpy_helper.from_array(np.clip(arr, -FP16_MAX, FP16_MAX), t.name))
+    return out
