@@ -56,3 +56,14 @@ def test_int8_of_an_fp32_encoder_checkpoint_is_refused(tiny, tiny_dir, tmp_path,
                  "100", "--out", str(out)]) == 1
     assert "--max-length 100 is out of range" in capsys.readouterr().err
     assert not out.exists() or not list(out.glob("*.onnx"))
+
+
+def test_sensitivity_asks_the_family_and_refuses_an_encoder(tiny, tiny_dir, sentences,
+                                                            tmp_path, capsys):
+    model, tok = tiny
+    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    ckpt = save_encoder_checkpoint(tmp_path / "best.pt", q, stage="ptq",
+                                   spec=encoder_spec(arch=tiny_dir, quantized=True))
+    assert main(["sensitivity", "--checkpoint", str(ckpt), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "does not analyse encoder models" in err and "CNN calibrate/qat run" in err

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+from trtqat.cli.cmd_train import csv as _csv
 from trtqat.cli.cmd_train import image_size_arg
 from trtqat.cli.validate import BadValue, int_range, positive_int, writable_dir
 from trtqat.variants import CHOICES as VARIANT_CHOICES
-
-
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
 def _batch(value: str) -> int | None:
