@@ -74,3 +74,18 @@ def load_array(spec: str | os.PathLike, *, ndim: int | None = None,
         raise ArrayFileError(f"{spec}: the {what} has shape {tuple(array.shape)}, expected "
                              f"{ndim} dimensions")
     return array
+
+
+def row_cosines(a, b) -> np.ndarray:
+    """Cosine similarity of each row (last axis) of ``a`` with the same row of ``b``.
+
+    Computed in float64 over ``(..., dim)`` arrays flattened to rows; a zero row gives 0.
+    The one cosine of trtqat: export checks, compare, metrics and the engines use it.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim == 0:
+        raise ValueError(f"cosines need two arrays of one shape, got {a.shape} and {b.shape}")
+    a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    return (a * b).sum(-1) / np.maximum(den, np.finfo(np.float64).tiny)

@@ -75,6 +75,9 @@ def test_every_number_was_measured(report):
         ok["ptq-max"]["metrics"]["top1"] - ok["fp32"]["metrics"]["top1"])
     assert ok["ptq-max"]["nodes"]["integer"] > 0  # the INT8 engine runs integer kernels
     assert ok["fp32"]["nodes"]["integer"] == 0
+    # the one naming rule of trtqat export: <arch>-ptq-<method>-<variant>
+    assert Path(ok["ptq-max"]["onnx"]).name == "resnet18-ptq-max-int8.onnx"
+    assert Path(ok["fp32"]["onnx"]).name == "resnet18-fp32.onnx"
     # accuracy is the engine's own: compare with top-1 recomputed from the ONNX file
     assert ok["fp32"]["metrics"]["top1"] > 50.0
 
@@ -108,8 +111,13 @@ def test_cli_one_line_error(tmp_path, capsys):
 
 
 def test_feed_is_real_validation_images(run_root):
-    from trtqat.compare.run import _feed, _load_data
+    from trtqat import families
+    from trtqat.compare.data import image_data
 
-    data = _load_data("digits", 16, 8, 1)
-    feed = _feed(data, 8)
-    assert feed.shape == (8, 3, 16, 16) and np.array_equal(feed, data.val[0][0][:8])
+    cfg = CompareConfig(run=str(run_root), batch_sizes=(8,), calib_batches=1)
+    data = families.get("cnn").compare_data([], {"data": "digits", "image_size": 16}, cfg)
+    assert data is not None and data.metric == "top1"
+    feed = data.timing(8)
+    assert feed.shape == (8, 3, 16, 16) and np.array_equal(feed, data.batches[0][:8])
+    assert len(data.targets) == sum(len(b) for b in data.batches)
+    assert image_data.__module__ == "trtqat.compare.data"

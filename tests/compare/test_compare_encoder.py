@@ -77,7 +77,7 @@ def report(run_root, tmp_path_factory) -> tuple[dict, str, Path]:
     try:
         with contextlib.redirect_stdout(buf):
             rc = main(["compare", "--run", str(run_root), "--batch-sizes", "1,2",
-                       "--seq-len", "16", "--duration", "0.05", "--warmup", "5",
+                       "--max-length", "16", "--duration", "0.05", "--warmup", "5",
                        "--threads", "1", "--variants", ",".join(VARIANTS),
                        "--export-dir", str(out / "export"),
                        "--out", str(out / "engines")])
@@ -106,7 +106,8 @@ def test_every_encoder_variant_is_measured(report):
     assert got["fp32"]["metrics"]["mean_cosine"] > 0.99999
     assert got["fp32"]["metrics"]["spearman"] > 0.9999
     assert got["qat-int8"]["metrics"]["mean_cosine"] < got["fp32"]["metrics"]["mean_cosine"]
-    assert Path(got["fp32"]["onnx"]).name == "tiny-bert-fp32.onnx"
+    assert Path(got["fp32"]["onnx"]).name == "tiny_bert-fp32.onnx"  # the export rule
+    assert Path(got["qat-int8"]["onnx"]).name == "tiny_bert-qat-int8.onnx"
     assert got["qat-int8"]["nodes"]["integer"] > 0  # ORT runs the MatMuls in integers
 
 
@@ -118,7 +119,7 @@ def test_engine_fidelity_matches_the_qat_run(report, run_root):
     torch_run = read_metrics(run_root / "qat")[-1]  # same held-out sentences, in PyTorch
     assert engine["sentences"] == torch_run["sentences"]
     assert engine["mean_cosine"] == pytest.approx(torch_run["mean_cosine"], abs=1e-3)
-    assert rep["dataset"]["seq_len"] == 16 and rep["dataset"]["heldout_sentences"] == 6
+    assert rep["dataset"]["max_length"] == 16 and rep["dataset"]["heldout_sentences"] == 6
 
 
 def test_discovery_finds_every_encoder_variant(run_root):
@@ -126,7 +127,8 @@ def test_discovery_finds_every_encoder_variant(run_root):
 
     variants, settings = discover(run_root)
     assert tuple(v.name for v in variants) == ALL
-    assert {v.family for v in variants} == {"transformer"} and settings["family"] == "transformer"
+    assert {v.family for v in variants} == {"encoder"} and settings["family"] == "encoder"
+    assert [v.precision for v in variants][-1] == "int8-fp16"
     assert {v.arch for v in variants} == {"tiny-bert"}
     assert settings["data"].endswith("sentences.txt")
 
@@ -146,15 +148,15 @@ def test_explicit_encoder_onnx_and_bad_seq_len(report, run_root, tmp_path):
 
     rep, _, _ = report
     fp32_onnx = next(v["onnx"] for v in rep["variants"] if v["name"] == "fp32")
-    assert explicit([fp32_onnx])[0].family == "transformer"
+    assert explicit([fp32_onnx])[0].family == "encoder"
     # an encoder ONNX alone: the reference encoder comes from the file's metadata
     alone = compare(CompareConfig(onnx=(fp32_onnx,), data=str(run_root.parent / "sentences.txt"),
-                                  seq_len=16, batch_sizes=(1, 2), duration_s=0.05, warmup_ms=5,
+                                  max_length=16, batch_sizes=(1, 2), duration_s=0.05, warmup_ms=5,
                                   threads=1, out=str(tmp_path / "alone")), echo=lambda _: None)
     (v,) = alone["variants"]
     assert v["status"] == "ok" and v["metrics"]["mean_cosine"] > 0.99999
     assert alone["dataset"]["reference"].startswith("pretrained:")
     with pytest.raises(CompareError, match="exceeds the encoder's 64 positions"):
-        compare(CompareConfig(run=str(run_root), seq_len=100, out=str(tmp_path / "e"),
+        compare(CompareConfig(run=str(run_root), max_length=100, out=str(tmp_path / "e"),
                               export_dir=str(tmp_path / "x")), echo=lambda _: None)
     assert not (tmp_path / "e" / "report.json").exists()

@@ -104,12 +104,13 @@ def test_a_variant_that_fails_its_export_check_is_measured_from_an_unchecked_fil
 
     cfg = CompareConfig(run=str(tmp_path), export_dir=str(tmp_path / "export"),
                         out=str(tmp_path / "engines"))
-    variant = Variant("ptq-max", "int8", "int8", checkpoint=tmp_path / "best.pt", arch="r18")
+    variant = Variant("ptq-max", "int8", "int8", checkpoint=tmp_path / "best.pt", arch="r18",
+                      tag="ptq-max")
     (tmp_path / "export").mkdir()
     result, onnx_path, engine_path = start_variant(variant, cfg, export)
     assert [v for _, v in written] == [True, False]
-    assert onnx_path.name == "r18-ptq-max.unchecked.onnx" and onnx_path.is_file()
-    assert engine_path.name == "r18-ptq-max.unchecked.ort.engine"
+    assert onnx_path.name == "r18-ptq-max-int8.unchecked.onnx" and onnx_path.is_file()
+    assert engine_path.name == "r18-ptq-max-int8.unchecked.ort.engine"
     assert result.failed_checks == ["top-1 agreement 'output': 97.70%: 23 of 1000 samples "
                                     "disagree"]
 

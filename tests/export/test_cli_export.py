@@ -14,7 +14,7 @@ from trtqat.train.checkpoint import load_checkpoint, save_checkpoint
 
 def test_int8_export_of_a_ptq_checkpoint(resnet18_int8):
     out = resnet18_int8.parent
-    assert [p.name for p in out.glob("*.onnx")] == ["resnet18-ptq-int8.onnx"]
+    assert [p.name for p in out.glob("*.onnx")] == ["resnet18-ptq-max-int8.onnx"]
     assert not list(out.glob(".*"))  # no temporary files left
     model = onnx.load(resnet18_int8)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # dynamic batch
@@ -27,7 +27,7 @@ def test_validated_export_of_every_variant(tmp_path, monkeypatch, capsys):
     """The tiny model stands in for a torchvision one, so every check runs quickly."""
     import trtqat.train.checkpoint as checkpoint
 
-    monkeypatch.setattr(checkpoint, "build_from_checkpoint", lambda ckpt: make_tiny())
+    monkeypatch.setattr(checkpoint, "build_from_checkpoint", lambda ckpt, *_: make_tiny())
     spec = {"arch": "tiny", "num_classes": 10, "image_size": 16, "quantized": True,
             "skip_layers": []}
     ckpt = save_checkpoint(tmp_path / "qat" / "best.pt",
@@ -102,11 +102,11 @@ def test_bad_arguments_are_refused(argv, resnet18_ptq_checkpoint):
 def test_fixed_batch_name(tmp_path, monkeypatch):
     import trtqat.train.checkpoint as checkpoint
 
-    monkeypatch.setattr(checkpoint, "build_from_checkpoint", lambda ckpt: make_tiny())
+    monkeypatch.setattr(checkpoint, "build_from_checkpoint", lambda ckpt, *_: make_tiny())
     spec = {"arch": "tiny", "num_classes": 10, "image_size": 16, "quantized": True}
     ckpt = save_checkpoint(tmp_path / "best.pt", {"stage": "ptq", "model": spec,
                                                   "state_dict": {}})
     assert main(["export", "--checkpoint", str(ckpt), "--variant", "fp32", "--batch", "4",
                  "--out", str(tmp_path / "o"), "--no-validate"]) == 0
-    model = onnx.load(tmp_path / "o" / "tiny-ptq-fp32-b4.onnx")
+    model = onnx.load(tmp_path / "o" / "tiny-ptq-max-fp32-b4.onnx")
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 4

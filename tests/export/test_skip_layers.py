@@ -29,7 +29,7 @@ def skipped_export(resnet18_ptq_checkpoint, tmp_path_factory):
     rc = main(["export", "--checkpoint", str(resnet18_ptq_checkpoint), "--variant", "int8",
                "--out", str(out), "--no-validate", "--skip-layers", SKIP])
     assert rc == 0
-    return out / "resnet18-ptq-int8.onnx"
+    return out / "resnet18-ptq-max-int8.onnx"  # no calib record: max
 
 
 def test_skipped_layers_have_no_qdq_and_are_recorded(skipped_export):

@@ -93,13 +93,14 @@ def test_finite_helpers_name_the_first_bad_tensor(tmp_path):
 def test_compare_refuses_nan_engine_outputs():
     from types import SimpleNamespace
 
-    from trtqat.compare.run import _accuracy
+    from trtqat import families
+    from trtqat.compare.run import score
 
     class NanRunner:
         def infer(self, feed):
             return {"y": np.full((2, 10), np.nan, dtype=np.float32)}
 
-    data = SimpleNamespace(val=[(np.zeros((2, 3, 8, 8), np.float32), np.zeros(2, int))],
-                           num_classes=10)
-    with pytest.raises(NonFiniteError, match="the engine's output is not finite: 'logits'"):
-        _accuracy(NanRunner(), data, "x")
+    data = SimpleNamespace(batches=[np.zeros((2, 3, 8, 8), np.float32)],
+                           targets=np.zeros(2, int), output=None)
+    with pytest.raises(NonFiniteError, match="the engine's output is not finite: 'outputs'"):
+        score(NanRunner(), data, ["x"], families.get("cnn"), "m.onnx")

@@ -26,13 +26,13 @@ def test_int8_export_of_an_encoder_checkpoint(tiny, tiny_dir, sentences, tmp_pat
                "--out", str(out), "--seq-len", "24"])
     text = capsys.readouterr().out
     assert rc == 0, text
-    name = artifact_name(tiny_dir.name, "ptq", "int8")
+    name = artifact_name(tiny_dir.name, "ptq-max", "int8")  # no calib record: max
     assert sorted(p.name for p in out.iterdir()) == ["export.json", name]
     assert "dynamic batch and sequence" in text
     assert "PASS  output 'sentence_embedding' vs PyTorch fake-quant: cosine" in text
     assert "2x24, 3x9" in text and "PASS  TensorRT Q/DQ lint: 0 error(s)" in text
     summary = json.loads((out / "export.json").read_text())
-    assert summary["family"] == "transformer" and summary["seq_len"] == 24
+    assert summary["family"] == "transformer" and summary["max_length"] == 24
     result = summary["results"][0]
     assert result["written"] and result["passed"] and result["variant"] == "int8"
     meta = {p.key: p.value for p in onnx.load(out / name).metadata_props}
@@ -52,7 +52,18 @@ def test_int8_of_an_fp32_encoder_checkpoint_is_refused(tiny, tiny_dir, tmp_path,
     assert main(["export", "--checkpoint", str(ckpt), "--variant", "fp32", "--image-size",
                  "32", "--out", str(out)]) == 1
     assert "--image-size is for CNN checkpoints only" in capsys.readouterr().err
-    assert main(["export", "--checkpoint", str(ckpt), "--variant", "fp32", "--seq-len",
+    assert main(["export", "--checkpoint", str(ckpt), "--variant", "fp32", "--max-length",
                  "100", "--out", str(out)]) == 1
-    assert "--seq-len 100 is out of range" in capsys.readouterr().err
+    assert "--max-length 100 is out of range" in capsys.readouterr().err
     assert not out.exists() or not list(out.glob("*.onnx"))
+
+
+def test_sensitivity_asks_the_family_and_refuses_an_encoder(tiny, tiny_dir, sentences,
+                                                            tmp_path, capsys):
+    model, tok = tiny
+    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    ckpt = save_encoder_checkpoint(tmp_path / "best.pt", q, stage="ptq",
+                                   spec=encoder_spec(arch=tiny_dir, quantized=True))
+    assert main(["sensitivity", "--checkpoint", str(ckpt), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "does not analyse encoder models" in err and "CNN calibrate/qat run" in err

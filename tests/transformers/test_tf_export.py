@@ -19,7 +19,7 @@ from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
 
 def test_example_inputs(tiny):
     _, tok = tiny
-    ex = example_inputs_for_encoder(tok, batch_size=3, seq_len=12)
+    ex = example_inputs_for_encoder(tok, batch_size=3, max_length=12)
     assert list(ex) == list(encoder_input_names(tok))
     assert all(v.shape == (3, 12) and v.dtype == torch.int64 for v in ex.values())
     assert ex["attention_mask"][-1].sum() < 12  # the last row is padded

@@ -26,9 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "with its error; the others still run. Sentence encoders (runs of `trtqat calibrate "
         "--model minilm`, or encoder ONNX files) are scored by embedding fidelity on the "
         "corpus' held-out sentences instead: mean cosine and Spearman vs the FP32 PyTorch model; "
-        "their latency/throughput use sentences padded to --seq-len tokens.",
+        "their latency/throughput use sentences padded to --max-length tokens.",
         epilog="examples:\n  trtqat compare --run runs/demo --batch-sizes 1,32\n"
-        "  trtqat compare --run runs/minilm --seq-len 128",
+        "  trtqat compare --run runs/minilm --max-length 128",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", default=None, help="folder holding the fp32/ptq-*/qat run folders")
     p.add_argument("--onnx", nargs="+", default=(), help="explicit ONNX files to compare too")
@@ -43,8 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="where engines and the report go")
     p.add_argument("--data", default=None, help="digits, synthetic or an ImageFolder path; "
                    "encoders: builtin or a text file (default: the runs')")
-    p.add_argument("--seq-len", type=int_range(2), default=128,
-                   help="encoders: tokens per sentence (default 128)")
+    p.add_argument("--max-length", "--seq-len", type=int_range(2), default=128,
+                   dest="max_length", help="encoders: tokens per sentence (default 128)")
     p.add_argument("--num-sentences", type=positive_int, default=500,
                    help="encoders: held-out sentences scored (default 500)")
     p.add_argument("--model", default=None, help="encoders: FP32 reference and tokenizer of "

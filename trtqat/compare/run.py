@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from trtqat.compare.data import EvalData, feed_for
 from trtqat.compare.report import VariantResult, build_report, format_table, write_report
 from trtqat.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.compare.variants import CompareError, Variant, discover, explicit
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
+from trtqat.variants import artifact_name
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class CompareConfig:
     fresh: bool = False
     progress: bool = True
     variants: tuple[str, ...] = ()
-    seq_len: int = 128  # encoders: tokens per sentence (timing pads to exactly this)
+    max_length: int = 128  # encoders: tokens per sentence (timing pads to exactly this)
     num_sentences: int = 500  # encoders: held-out sentences scored
     model: str | None = None  # encoders: reference/tokenizer for --onnx files without a run
 
@@ -53,109 +55,71 @@ class CompareConfig:
             raise CompareError("--duration must be > 0 s and --warmup >= 0 ms")
         if self.calib_batches < 1:
             raise CompareError("--calib-batches must be >= 1")
-        if self.seq_len < 2 or self.num_sentences < 3:
-            raise CompareError("--seq-len must be >= 2 and --num-sentences >= 3")
-
-
-@dataclass
-class _Data:
-    val: list[tuple[np.ndarray, np.ndarray]]  # (images, labels) batches
-    calib: list[np.ndarray]
-    num_classes: int
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def _load_data(data: str, image_size: int | tuple[int, int], batch: int, calib_batches: int,
-               preprocess: dict[str, Any] | None = None) -> _Data:
-    from trtqat.train.data import make_loaders
-    from trtqat.train.data_sources import make_preprocess
-
-    prep = make_preprocess(image_size, recorded=preprocess)
-    train_loader, val_loader, num_classes = make_loaders(data, image_size, batch_size=batch,
-                                                         prep=prep)
-    n_val = len(val_loader.dataset)
-    if n_val < batch:
-        raise CompareError(f"the validation split has {n_val} images, fewer than the largest "
-                           f"batch size {batch}: lower --batch-sizes or use more data")
-    val = [(x.numpy(), y.numpy()) for x, y in val_loader]
-    calib = []
-    for x, _ in train_loader:
-        calib.append(x.numpy())
-        if len(calib) >= calib_batches:
-            break
-    return _Data(val, calib, num_classes,
-                 {"data": data, "image_size": image_size, "val_images": n_val,
-                  "num_classes": num_classes, "calib_batches": len(calib)})
-
-
-def _export(variant: Variant, path: Path, data: _Data, validate: bool = True) -> None:
-    """Export ``variant`` from its checkpoint to ``path`` (checked unless ``validate`` is
-    False: a variant that failed its checks is still measured, from an unchecked file)."""
-    import torch
-
-    from trtqat.export import export_onnx
-    from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-
-    ckpt = load_checkpoint(variant.checkpoint)
-    model = build_from_checkpoint(ckpt, quantized=variant.export_variant in ("int8", "int8-fp16"))
-    model.eval()
-    example = torch.from_numpy(data.val[0][0][:2])
-    validation = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data.val]
-    export_onnx(model, example, path, variant=variant.export_variant, dynamic_batch=True,
-                validation_data=validation, validate=validate)
+        if self.max_length < 2 or self.num_sentences < 3:
+            raise CompareError("--max-length must be >= 2 and --num-sentences >= 3")
 
 
 def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareConfig,
-           data: _Data, input_name: str, sample_shape: Sequence[int],
-           result: VariantResult):
+           data: EvalData, names: list[str], result: VariantResult):
+    """The engine of ``onnx_path`` (cached in ``engine_path``). An ORT int8 re-encoding that
+    moves the outputs too far is measured anyway, marked with the failed check (and not
+    cached); one that fails otherwise leaves the Q/DQ graph as exported, with a note."""
     from trtqat.engines import build_engine, load_engine
     from trtqat.engines.ort_qdq import AgreementError
 
     if engine_path.is_file() and not cfg.fresh and engine_path.stat().st_mtime >= onnx_path.stat().st_mtime:
         return load_engine(engine_path)
     big = max(cfg.batch_sizes)
+    low, opt = data.dims
     kwargs: dict[str, Any] = {
-        "min_shapes": {input_name: (1, *sample_shape)},
-        "opt_shapes": {input_name: (big, *sample_shape)},
-        "max_shapes": {input_name: (big, *sample_shape)},
+        "min_shapes": {n: (1, *low) for n in names},
+        "opt_shapes": {n: (big, *opt) for n in names},
+        "max_shapes": {n: (big, *opt) for n in names},
         "threads": cfg.threads,
     }
     if cfg.backend == "ort" and variant.precision.startswith("int8"):
         kwargs["ort_prepare"] = "qdq"
-        kwargs["calib_feeds"] = [{input_name: x} for x in data.calib]
+        kwargs["calib_feeds"] = [feed_for(f, names, onnx_path) for f in data.calib]
     try:
         engine = build_engine(onnx_path, cfg.backend, **kwargs)
     except AgreementError as exc:  # measured anyway, marked with the failed check
         result.failed_checks.append(f"CPU re-encoding agreement: {str(exc).splitlines()[0]}")
-        engine = build_engine(onnx_path, cfg.backend, **kwargs, min_top1=0.0)
-        return engine  # not cached: the next run checks again
+        return build_engine(onnx_path, cfg.backend, **kwargs, min_top1=0.0, min_cosine=-1.0)
+    except TrtqatError as exc:
+        if kwargs.get("ort_prepare") != "qdq":
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning("%s: the integer re-encoding failed (%s); built as exported",
+                    variant.name, first)
+        result.notes.append(f"ORT int8 re-encoding failed, Q/DQ run as exported: {first[:160]}")
+        kwargs.update(ort_prepare="none", calib_feeds=None)
+        engine = build_engine(onnx_path, cfg.backend, **kwargs)
     engine.save(engine_path)
     return engine
 
 
-def _accuracy(runner, data: _Data, input_name: str) -> dict[str, float]:
-    correct1 = correct5 = total = 0
-    k = min(5, data.num_classes)
-    for x, y in data.val:
-        logits = next(iter(runner.infer({input_name: x}).values())).astype(np.float32)
-        check_finite_arrays([("logits", logits)], "the engine's output", "not measured; "
+def score(runner, data: EvalData, names: list[str], family, source: Path
+          ) -> dict[str, float | None]:
+    """``family.metric`` of the engine's outputs on every scored batch (NaN as None)."""
+    outs = []
+    for batch in data.batches:
+        result = runner.infer(feed_for(batch, names, source))
+        out = result.get(data.output) if data.output else None
+        outs.append((out if out is not None else next(iter(result.values())))
+                    .astype(np.float32))
+        check_finite_arrays([("outputs", outs[-1])], "the engine's output", "not measured; "
                             "export and build it from a finite checkpoint")
-        top = np.argsort(-logits, axis=1)[:, :k]
-        correct1 += int((top[:, 0] == y).sum())
-        correct5 += int((top == y[:, None]).any(axis=1).sum())
-        total += len(y)
-    metrics = {"top1": 100.0 * correct1 / total}
-    if data.num_classes > 5:
-        metrics["top5"] = 100.0 * correct5 / total
-    return metrics
+    got = np.concatenate(outs)
+    if len(got) != len(data.targets) or (got.ndim == data.targets.ndim
+                                         and got.shape != data.targets.shape):
+        raise CompareError(f"the engine returns {got.shape} outputs for {data.targets.shape} "
+                           "expected: is it an export of this model?")
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else float(v))
+            for k, v in family.metric(got, data.targets).items()}
 
 
-def _feed(data: _Data, batch: int) -> np.ndarray:
-    images = np.concatenate([x for x, _ in data.val])
-    return np.ascontiguousarray(images[:batch])
-
-
-def _node_counts(engine) -> dict[str, int]:
+def node_counts(engine) -> dict[str, int]:
+    """Integer and float compute nodes of an ORT engine ({} for other backends)."""
     if engine.backend != "ort":
         return {}
     import onnx
@@ -178,7 +142,8 @@ def start_variant(variant: Variant, cfg: CompareConfig, export: Callable[[Path, 
 
     result = VariantResult(variant.name, variant.precision,
                            source=str(variant.checkpoint or variant.onnx))
-    onnx_path = variant.onnx or Path(cfg.export_dir) / f"{variant.arch}-{variant.name}.onnx"
+    onnx_path = variant.onnx or Path(cfg.export_dir) / artifact_name(
+        variant.arch, variant.tag, variant.export_variant)
     if variant.onnx is None and (cfg.fresh or not onnx_path.is_file()):
         try:
             export(onnx_path, True)
@@ -202,7 +167,7 @@ def start_variant(variant: Variant, cfg: CompareConfig, export: Callable[[Path, 
 def finish_variant(result: VariantResult, engine, cfg: CompareConfig) -> dict[str, Any]:
     """Node counts, providers and the emulation mark of a built engine; returns the runner
     options (threads for ORT)."""
-    result.nodes = _node_counts(engine)
+    result.nodes = node_counts(engine)
     result.providers = list(engine.header.get("providers") or [cfg.backend])
     cpu_only = all("cpu" in str(p).lower() for p in result.providers)
     if cfg.backend == "ort" and cpu_only and "fp16" in result.precision:
@@ -215,21 +180,37 @@ def finish_variant(result: VariantResult, engine, cfg: CompareConfig) -> dict[st
     return {"threads": cfg.threads} if cfg.backend == "ort" else {}
 
 
-def measure_variant(variant: Variant, cfg: CompareConfig, data: _Data) -> Timed:
-    """Export (if needed), build (if needed), then measure the accuracy of one variant; its
-    speed is measured later, interleaved with the others (:func:`time_interleaved`)."""
+def measure_variant(variant: Variant, cfg: CompareConfig, data: EvalData, family) -> Timed:
+    """Export (if needed), build (if needed), then measure the accuracy (or fidelity) of one
+    variant; its speed is measured later, interleaved with the others
+    (:func:`time_interleaved`)."""
     from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
 
     result, onnx_path, engine_path = start_variant(
-        variant, cfg, lambda p, check: _export(variant, p, data, check))
-    name = onnx_input_specs(load_onnx(onnx_path))[0].name
-    engine = _build(variant, onnx_path, engine_path, cfg, data, name, data.val[0][0].shape[1:],
-                    result)
+        variant, cfg, lambda p, check: data.export(variant, p, check))
+    names = [s.name for s in onnx_input_specs(load_onnx(onnx_path))]
+    for feed in data.batches[:1]:
+        feed_for(feed, names, onnx_path)  # a file of another model: say so before building
+    engine = _build(variant, onnx_path, engine_path, cfg, data, names, result)
     runner_kwargs = finish_variant(result, engine, cfg)
     with engine.runner(**runner_kwargs) as runner:
-        result.metrics = _accuracy(runner, data, name)
+        result.metrics = score(runner, data, names, family, onnx_path)
     return Timed(result, engine, runner_kwargs,
-                 {b: {name: _feed(data, b)} for b in cfg.batch_sizes})
+                 {b: feed_for(data.timing(b), names, onnx_path) for b in cfg.batch_sizes})
+
+
+def _family(variants: list[Variant], cfg: CompareConfig):
+    """The one family of ``variants`` (CompareError when they mix families)."""
+    from trtqat import families
+
+    names = {v.family for v in variants}
+    if len(names) > 1:
+        raise CompareError(f"cannot compare {' and '.join(sorted(names))} models in one report: "
+                           "pick the variants of one model (--variants, or separate "
+                           "--run/--onnx)")
+    if names:
+        return families.get(names.pop())
+    return families.of_model(cfg.model) if cfg.model else families.get("cnn")
 
 
 def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -254,23 +235,8 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
             raise CompareError(f"no variant named {', '.join(sorted(unknown))}; available: "
                                f"{', '.join(v.name for v in variants)}")
         variants = [v for v in variants if v.name in cfg.variants]
-    families = {v.family for v in variants}
-    if len(families) > 1:
-        raise CompareError("cannot compare encoders with CNNs in one report: pick the "
-                           "variants of one model (--variants, or separate --run/--onnx)")
-    measure, metric = measure_variant, "top1"
-    if families == {"transformer"}:
-        from trtqat.compare.encoder import load_encoder_data, measure_encoder_variant
-
-        data = load_encoder_data(variants, settings, cfg)
-        measure, metric = measure_encoder_variant, "mean_cosine"
-    else:
-        data_name = cfg.data or settings.get("data") or "digits"
-        image_size = cfg.image_size or settings.get("image_size")
-        if not image_size:
-            raise CompareError("cannot tell the image size: pass --image-size")
-        data = _load_data(data_name, image_size, max(cfg.batch_sizes), cfg.calib_batches,
-                          settings.get("preprocess"))
+    family = _family(variants, cfg)
+    data = family.compare_data(variants, settings, cfg)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     Path(cfg.export_dir).mkdir(parents=True, exist_ok=True)
     results, timed = [], []
@@ -278,7 +244,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
         echo(f"[{i}/{len(variants)}] {v.name} ({v.precision}): export, build, measure ...")
         t0 = time.perf_counter()
         try:
-            t = measure(v, cfg, data)
+            t = measure_variant(v, cfg, data, family)
             timed.append(t)
             r = t.result
         except TrtqatError as exc:
@@ -298,7 +264,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
         raise CompareError("every variant failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
     providers = sorted({p for r in results for p in getattr(r, "providers", [])}) or [backend]
     report = build_report(results, backend=backend, providers=providers,
-                          batch_sizes=list(cfg.batch_sizes), metric=metric, dataset=data.info,
+                          batch_sizes=list(cfg.batch_sizes), metric=data.metric, dataset=data.info,
                           settings={"duration_s": cfg.duration_s, "warmup_ms": cfg.warmup_ms,
                                     "threads": cfg.threads, "run": cfg.run,
                                     "measurement": "trtexec model: median latency, "

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trtqat.errors import TrtqatError
+from trtqat.variants import arch_label, canonical, ptq_tag, stage_tag
 
 log = logging.getLogger(__name__)
 
@@ -25,41 +26,38 @@ class Variant:
     """One engine to build and measure."""
 
     name: str  # e.g. "ptq-entropy"
-    precision: str  # fp32 | fp16 | int8 | int8+fp16
-    export_variant: str | None  # fp32 | fp16 | int8 | int8-fp16 (None: an explicit ONNX)
+    precision: str  # a variant of the table: fp32 | fp16 | int8 | int8-fp16
+    export_variant: str | None  # the same, exported (None: an explicit ONNX)
     checkpoint: Path | None = None
     onnx: Path | None = None
     stage: str = ""
     arch: str = "model"
-    family: str = "cnn"  # "cnn" (top-1/top-5) | "transformer" (embedding fidelity)
+    family: str = "cnn"  # the registered family name (its metric scores the variant)
+    tag: str = ""  # the checkpoint part of the file name (trtqat.variants.stage_tag)
+
+    def __post_init__(self) -> None:
+        self.precision = canonical(self.precision)  # int8+fp16 is still accepted
 
     def sort_key(self) -> tuple[int, str]:
         return (ORDER.index(self.name) if self.name in ORDER else len(ORDER), self.name)
 
 
-def ptq_name(calib: dict[str, Any]) -> str:
-    """``ptq-<method>`` (``ptq-percentile-99.99`` for percentile calibration)."""
-    method = calib.get("method", "max")
-    if method == "percentile":
-        return f"ptq-percentile-{float(calib.get('percentile', 99.99)):g}"
-    return f"ptq-{method}"
-
-
 def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
-    """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8+fp16)."""
+    """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8-fp16)."""
+    from trtqat import families
+
     stage = ckpt.get("stage", "fp32")
     spec = ckpt.get("model", {})
-    at = {"stage": stage, "arch": str(spec.get("arch", "model"))}
-    if spec.get("family") == "transformer":  # arch may be a folder: name files by its last part
-        at.update(arch=Path(at["arch"]).name or "encoder", family="transformer")
+    at = {"stage": stage, "arch": arch_label(str(spec.get("arch", "model"))),
+          "family": families.of_checkpoint(ckpt).name, "tag": stage_tag(ckpt)}
     if stage == "fp32":
         return [Variant("fp32", "fp32", "fp32", path, **at),
                 Variant("fp16", "fp16", "fp16", path, **at)]
     if stage == "ptq":
-        return [Variant(ptq_name(ckpt.get("calib") or {}), "int8", "int8", path, **at)]
+        return [Variant(ptq_tag(ckpt.get("calib") or {}), "int8", "int8", path, **at)]
     if stage == "qat":
         return [Variant("qat-int8", "int8", "int8", path, **at),
-                Variant("qat-int8-fp16", "int8+fp16", "int8-fp16", path, **at)]
+                Variant("qat-int8-fp16", "int8-fp16", "int8-fp16", path, **at)]
     return []
 
 
@@ -69,6 +67,7 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
     Returns them in report order, and the FP32 checkpoint's data settings
     (data, image_size, arch) that the comparison measures on.
     """
+    from trtqat import families
     from trtqat.train.checkpoint import load_checkpoint
 
     root = Path(run_dir)
@@ -98,7 +97,7 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
         if _labelled(args.get("data", "digits")):  # not a calibration-only folder/array
             settings.setdefault("data", args.get("data", "digits"))
         settings.setdefault("image_size", spec.get("image_size") or args.get("image_size"))
-        settings.setdefault("family", spec.get("family", "cnn"))
+        settings.setdefault("family", families.of_checkpoint(ckpt).name)
         if spec.get("preprocess"):
             settings.setdefault("preprocess", spec["preprocess"])
     if not found:
@@ -129,8 +128,9 @@ def explicit(paths: list[str]) -> list[Variant]:
         ops = {n.op_type for n in model.graph.node}
         fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
         int8 = "QuantizeLinear" in ops or "DequantizeLinear" in ops
-        precision = ("int8+fp16" if fp16 else "int8") if int8 else ("fp16" if fp16 else "fp32")
-        family = ("transformer" if "input_ids" in {i.name for i in model.graph.input}
+        precision = ("int8-fp16" if fp16 else "int8") if int8 else ("fp16" if fp16 else "fp32")
+        # token ids in: a sentence encoder's file (trtqat.transformers.export names them)
+        family = ("encoder" if "input_ids" in {i.name for i in model.graph.input}
                   else "cnn")
         out.append(Variant(path.stem, precision, None, onnx=path, family=family))
     return out

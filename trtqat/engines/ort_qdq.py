@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from trtqat.arrays import row_cosines
 from trtqat.engines.errors import EngineBuildError
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_qdq_matmul import (
@@ -184,16 +185,6 @@ def is_embedding_output(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = 
         np.allclose(np.linalg.norm(r.astype(np.float64), axis=-1), 1.0, atol=1e-3) for r in rows)
 
 
-def _cosines(ref: list[np.ndarray], cand: list[np.ndarray]) -> np.ndarray:
-    out = []
-    for r, c in zip(ref, cand):
-        r2 = r.reshape(-1, r.shape[-1]).astype(np.float64)
-        c2 = c.reshape(-1, c.shape[-1]).astype(np.float64)
-        norms = np.linalg.norm(r2, axis=-1) * np.linalg.norm(c2, axis=-1)
-        out.append((r2 * c2).sum(-1) / np.maximum(norms, 1e-12))
-    return np.concatenate(out)
-
-
 def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
                     feeds: Feeds, min_top1: float = 0.99, threads: int = 2,
                     min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
@@ -229,7 +220,7 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
               "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
               "max_abs_reference": ref_max}
     if metric == "cosine":
-        cos = _cosines(ref, cand)
+        cos = np.concatenate([row_cosines(r, c) for r, c in zip(ref, cand)])
         threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
         result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()))
         if result["mean_cosine"] < threshold:

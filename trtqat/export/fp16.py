@@ -90,6 +90,7 @@ def _convert_node(node: onnx.NodeProto, scales: set[str]) -> None:
 
 
 def _convert_io(graph: onnx.GraphProto, io_type: int) -> None:
+    """Graph inputs/outputs to fp16, or kept fp32 with a Cast after/before each."""
     initializers = {t.name for t in graph.initializer}
     head = [_cast_boundary(graph, v, io_type, False) for v in graph.input
             if v.name not in initializers]
@@ -121,3 +122,24 @@ def _cast_boundary(graph: onnx.GraphProto, value: onnx.ValueInfoProto, io_type: 
                                 to=TensorProto.FLOAT)
     return helper.make_node("Cast", [value.name], [inner], name=f"{value.name}/Cast",
                             to=TensorProto.FLOAT16)
+
+
+def clip_to_fp16_range(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose float constants beyond fp16's range are clipped to it.
+
+    An additive attention mask fills padding with float32's lowest value; in fp16 that is
+    -65504, still far below any score, so the softmax is unchanged. Clipping first keeps
+    :func:`convert_to_fp16` from warning about it on every export.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    tensors = list(out.graph.initializer) + [
+        a.t for n in out.graph.node if n.op_type == "Constant" for a in n.attribute
+        if a.name == "value"]
+    for t in tensors:
+        if t.data_type != TensorProto.FLOAT:
+            continue
+        arr = numpy_helper.to_array(t)
+        if arr.size and np.abs(arr).max() > FP16_MAX:
+            t.CopyFrom(numpy_helper.from_array(np.clip(arr, -FP16_MAX, FP16_MAX), t.name))
+    return out

@@ -1,16 +1,19 @@
-"""``export_onnx``: a PyTorch model to a checked FP32 / FP16 / INT8 Q/DQ / INT8+FP16 ONNX file.
+"""``export_onnx``: a PyTorch model to a checked FP32 / FP16 / INT8 Q/DQ / INT8-FP16 ONNX file.
 
-Each file is written to a temporary name in the target folder, checked (onnx.checker, shape
-inference, ONNX Runtime against PyTorch, the Q/DQ lint for INT8) and only then renamed; a
-failed check leaves no file.
+One exporter for every model family: an :class:`ExportPlan` says what differs (example
+inputs and names, dynamic shapes, validation batches, the checks: top-1 and noise floor
+for classifiers, cosine for embeddings; see :mod:`trtqat.export.checks`). Each file is
+written to a temporary name in the target folder, checked (onnx.checker, shape inference,
+ONNX Runtime against PyTorch, the Q/DQ lint for INT8) and only then renamed; a failed check
+leaves no file.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,99 +32,76 @@ from trtqat.export._torch_export import (
     name_nodes,
     torch_to_onnx,
 )
-from trtqat.export.calibrated import refuse_uncalibrated
+from trtqat.export.checks import CheckContext, classifier_checks
 from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
-from trtqat.export.fp16 import convert_to_fp16
+from trtqat.export.fp16 import clip_to_fp16_range, convert_to_fp16
 from trtqat.export.lint import lint_model
-from trtqat.export.naming import FP16_VARIANTS, INT8_VARIANTS, VARIANTS
 from trtqat.export.opset import convert_opset
-from trtqat.export.qdq_check import check_qdq_inventory
+from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
 from trtqat.export.result import ExportResult, check_writable, write_checked
 from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.quant.model_ops import disable_layers, quantizers
-from trtqat.quant.tensor_quantizer import TensorQuantizer
+from trtqat.variants import MIN_OPSET, VARIANTS
+from trtqat.variants import variant as variant_row
 
 log = logging.getLogger(__name__)
 
-MIN_OPSET = 13
-FP16_QDQ_OPSET = 19  # fp16 Q/DQ scales
+Checks = Callable[[str, list, list, CheckContext], list[val.Check]]
 
 
-# ------------------------------------------------------------------ model preparation
-def check_quantizers(model: nn.Module) -> int:
-    """Refuse INT8 export of a model whose quantizers are missing or uncalibrated.
+@dataclass
+class ExportPlan:
+    """What one model's export needs; a model family builds it (``family.export_plan``)."""
 
-    Returns the number of active quantizers.
-    """
-    refuse_uncalibrated(model)
-    active = [(n, q) for n, q in quantizers(model) if not q.disabled and q._if_quant]
-    if not active:
-        raise ExportError("the model has no active quantizer, so there is nothing to export "
-                          "as INT8: run `trtqat calibrate` (PTQ) or `trtqat qat` first, or "
-                          "export --variant fp32/fp16")
-    for name, q in active:
-        layer = name.rsplit(".", 1)[0] if "." in name else name
-        hint = (f"calibrate the model (`trtqat calibrate`) or leave layer '{layer}' in float "
-                f"(--skip-layers {layer})")
-        amax = q.amax
-        if amax is None:
-            raise ExportError(f"quantizer '{name}' is not calibrated (amax is missing): {hint}")
-        if not bool(torch.isfinite(amax).all()):
-            raise ExportError(f"quantizer '{name}' has a NaN or infinite amax: {hint}")
-        if bool((amax <= 0).all()):
-            raise ExportError(f"quantizer '{name}' has amax 0, so it represents nothing: "
-                              f"{hint}")
-        if bool((amax < 0).any()):
-            raise ExportError(f"quantizer '{name}' has a negative amax: {hint}")
-    return len(active)
+    inputs: tuple[torch.Tensor, ...]              # traced example, forward() order
+    input_names: list[str] | None = None          # None: input / input_<i>
+    output_names: list[str] | None = None         # None: output / output_<i>
+    dynamic_shapes: tuple[dict, ...] | None = None  # torch.export Dims per input
+    dynamic_batch: bool = True                    # axis 0 dynamic (without dynamic_shapes)
+    dynamic_axes: tuple[str, ...] = ("batch",)    # reported in the result
+    batch: int | None = None                      # fixed batch: validation re-chunked to it
+    validation: list[tuple[torch.Tensor, ...]] = field(default_factory=list)
+    check_example: bool = True                    # validate on the traced example too
+    checks: Checks = classifier_checks            # see trtqat.export.checks
+    fold_bn: bool = True
+    clip_fp16: bool = False                       # clip float constants to fp16's range
+    metadata: dict[str, str] = field(default_factory=dict)  # added to every file
 
 
-def as_deployed(model: nn.Module) -> int:
-    """Make signed narrow-range activation quantizers clip at -128 (in place); returns how
-    many changed.
-
-    ONNX QuantizeLinear and TensorRT clip int8 to [-128, 127] whatever the training
-    range was, so a narrow-range ([-127, 127]) activation that falls below ``-amax`` on new
-    data becomes -128 in the file and -127 in PyTorch. The scale (``amax / 127``) is the
-    same. The exported reference computes what the file and TensorRT compute; a full-range
-    quantizer is unchanged. Weights are stored as int8 codes in their own range.
-    """
-    count = 0
-    for name, q in quantizers(model):
-        if name.endswith("_weight_quantizer") or q.unsigned or not q.narrow_range:
-            continue
-        q._narrow_range = False
-        q._qmin = -q._qmax - 1
-        count += 1
-    return count
-
-
-def prepare(model: nn.Module, int8: bool) -> nn.Module:
-    """An eval-mode copy: quantizers checked (INT8, activations clipped as deployed, see
-    :func:`as_deployed`) or disabled (float), no gradients."""
-    ref = copy.deepcopy(model).eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    if int8:
-        check_quantizers(ref)
-        as_deployed(ref)
-    else:
-        for m in ref.modules():
-            if isinstance(m, TensorQuantizer):
-                m.disable()
-    return ref
-
-
-def _as_inputs(example_inputs: Any) -> tuple[torch.Tensor, ...]:
+def as_inputs(example_inputs: Any) -> tuple[torch.Tensor, ...]:
+    """A tensor or tuple of tensors as a tuple (float inputs as float32, on the CPU)."""
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise ExportError("example_inputs must be a tensor or a tuple of tensors")
-    return tuple(t.detach().float().cpu() for t in inputs)
+    return tuple((t.float() if t.is_floating_point() else t).detach().cpu() for t in inputs)
 
 
-def _io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
+def image_plan(example_inputs: Any, *, dynamic_batch: bool = True,
+               validation_data: Iterable | None = None,
+               dynamic_axes: Iterable[str] | None = None, fold_bn: bool = True) -> ExportPlan:
+    """The plan of an image model: ``dynamic_axes`` (of batch, height, width) overrides
+    ``dynamic_batch``; ``validation_data`` holds batches or ``(inputs, labels)``."""
+    inputs = as_inputs(example_inputs)
+    axes = (("batch",) if dynamic_batch else ()) if dynamic_axes is None else tuple(dynamic_axes)
+    dynamic_batch = "batch" in axes
+    if dynamic_batch and inputs[0].shape[0] == 1:
+        # torch.export specialises a size-1 dimension; trace with two rows instead
+        inputs = tuple(torch.cat([t, t]) for t in inputs)
+    data = []
+    for batch in validation_data or []:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        data.append((x.float().cpu(),) if isinstance(x, torch.Tensor) else tuple(x))
+    return ExportPlan(inputs, dynamic_shapes=(image_dynamic_shapes(axes, len(inputs))
+                                              if set(axes) - {"batch"} else None),
+                      dynamic_batch=dynamic_batch, dynamic_axes=axes,
+                      batch=None if dynamic_batch else int(inputs[0].shape[0]),
+                      validation=data, fold_bn=fold_bn)
+
+
+def io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
+    """Default ONNX input and output names: ``input``/``output``, numbered when several."""
     ins = ["input"] if n_in == 1 else [f"input_{i}" for i in range(n_in)]
     outs = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
     return ins, outs
@@ -170,28 +150,17 @@ def quantize_weights(model: onnx.ModelProto, min_codes: dict[str, int] | None = 
     return count
 
 
-def skipped_layers(model: nn.Module) -> tuple[str, ...]:
-    """Layers left in float on purpose: ``model.trtqat_skip_layers`` (the ``--skip-layers``
-    patterns) if set, else the owners of the disabled quantizers of a quantized model."""
-    explicit = getattr(model, "trtqat_skip_layers", None)
-    if explicit is not None:
-        return tuple(explicit)
-    names = [n for n, q in quantizers(model) if q.disabled]
-    if len(names) == sum(1 for _ in quantizers(model)):
-        return ()  # nothing quantized (a float model): nothing left out on purpose
-    owners = [n.rsplit(".", 1)[0] if n.endswith(("._input_quantizer", "._weight_quantizer"))
-              else n for n in names]
-    return tuple(dict.fromkeys(owners))
-
-
-def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str,
-            min_codes: dict[str, int] | None = None) -> onnx.ModelProto:
+def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str = "float32",
+                 min_codes: dict[str, int] | None = None) -> onnx.ModelProto:
+    """A copy of a traced graph as ``variant``: int8 weight initializers, ``opset``, fp16,
+    producer, ``trtqat.variant``/``trtqat.opset`` metadata and graph name."""
+    row = variant_row(variant)
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    if variant in INT8_VARIANTS:
+    if row.int8:
         quantize_weights(out, min_codes=min_codes)
     out = convert_opset(out, opset)
-    if variant in FP16_VARIANTS:
+    if row.fp16:
         out = convert_to_fp16(out, io_dtype)
     out.producer_name = "trtqat"
     props = {"trtqat.variant": variant, "trtqat.opset": str(opset)}
@@ -203,15 +172,17 @@ def _finish(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str,
 
 
 # ------------------------------------------------------------------ writing
-def _target_opset(variant: str, opset: int) -> int:
-    if variant == "int8-fp16" and opset < FP16_QDQ_OPSET:
-        log.info("int8-fp16 uses opset %d (fp16 Q/DQ scales need it), not %d",
-                 FP16_QDQ_OPSET, opset)
-        return FP16_QDQ_OPSET
+def target_opset(variant: str, opset: int) -> int:
+    """``opset``, raised to the variant's minimum (int8-fp16: fp16 Q/DQ scales need 19)."""
+    low = variant_row(variant).min_opset
+    if opset < low:
+        log.info("%s uses opset %d, not %d", variant, low, opset)
+        return low
     return opset
 
 
-def _check_args(variant: str, opset: int) -> None:
+def check_args(variant: str, opset: int) -> None:
+    """:class:`ExportError` for an unknown variant or an opset out of range."""
     if variant not in VARIANTS:
         raise ExportError(f"unknown variant {variant!r}: use one of {', '.join(VARIANTS)}")
     top = onnx.defs.onnx_opset_version()
@@ -224,7 +195,8 @@ class Exporter:
     """Exports one model to several variants, sharing the (slow) torch.export runs.
 
     One float graph serves fp32 and fp16, one Q/DQ graph serves int8 and int8-fp16; the
-    PyTorch reference outputs are computed once per graph too.
+    PyTorch reference outputs are computed once per graph too. ``example_inputs`` is an
+    :class:`ExportPlan` (any family) or example image tensors (see :func:`image_plan`).
     """
 
     def __init__(self, model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
@@ -235,18 +207,13 @@ class Exporter:
                             "the model to export", "no file written; export a checkpoint "
                             "trained with a lower --lr")
         self.model = model
-        self.inputs = _as_inputs(example_inputs)
-        # dynamic_axes (batch, height, width of image inputs) overrides dynamic_batch
-        self.dynamic_axes = (("batch",) if dynamic_batch else ()) if dynamic_axes is None \
-            else tuple(dynamic_axes)
-        dynamic_batch = "batch" in self.dynamic_axes
-        self.dynamic_batch = dynamic_batch
-        self.fold_bn = fold_bn
-        if dynamic_batch and self.inputs[0].shape[0] == 1:
-            # torch.export specialises a size-1 dimension; trace with two rows instead
-            self.inputs = tuple(torch.cat([t, t]) for t in self.inputs)
-        self.batch = None if dynamic_batch else int(self.inputs[0].shape[0])
-        self.validation_data = validation_data
+        self.plan = example_inputs if isinstance(example_inputs, ExportPlan) else image_plan(
+            example_inputs, dynamic_batch=dynamic_batch, validation_data=validation_data,
+            dynamic_axes=dynamic_axes, fold_bn=fold_bn)
+        self.inputs = self.plan.inputs
+        self.dynamic_axes = self.plan.dynamic_axes
+        self.dynamic_batch = self.plan.dynamic_batch
+        self.batch = self.plan.batch
         self.skip_layers = skipped_layers(model)
         self._graphs: dict[bool, tuple[onnx.ModelProto, nn.Module]] = {}
         self._traced: dict[bool, nn.Module] = {}
@@ -271,26 +238,27 @@ class Exporter:
         return self._graphs[int8]
 
     def _trace(self, reference: nn.Module) -> tuple[onnx.ModelProto, nn.Module]:
-        traced = fold_batchnorm(reference) if self.fold_bn else reference
-        with torch.no_grad():
-            sample = traced(*self.inputs)
-        n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
-        names = _io_names(len(self.inputs), n_out)
-        shapes = (image_dynamic_shapes(self.dynamic_axes, len(self.inputs))
-                  if set(self.dynamic_axes) - {"batch"} else None)
-        proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, *names, shapes)
+        plan = self.plan
+        traced = fold_batchnorm(reference) if plan.fold_bn else reference
+        ins, outs = plan.input_names, plan.output_names
+        if ins is None or outs is None:
+            with torch.no_grad():
+                sample = traced(*self.inputs)
+            n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
+            default_ins, default_outs = io_names(len(self.inputs), n_out)
+            ins, outs = ins or default_ins, outs or default_outs
+        proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, ins, outs,
+                              plan.dynamic_shapes)
         name_nodes(proto.graph)
         return proto, traced
 
     def _validation_batches(self) -> list:
-        """``(inputs, n_valid, is_validation_data)``: the example inputs, then the data."""
+        """``(inputs, n_valid, counts_for_top1)``: the example inputs, then the data."""
         if self._batches is None:
-            data = []
-            for batch in self.validation_data or []:
-                x = batch[0] if isinstance(batch, (tuple, list)) else batch
-                data.append((x.float().cpu(),) if isinstance(x, torch.Tensor) else tuple(x))
-            self._batches = [(b, n, False) for b, n in val.rebatch([self.inputs], self.batch)]
-            self._batches += [(b, n, True) for b, n in val.rebatch(data, self.batch)]
+            first = [self.inputs] if self.plan.check_example else []
+            self._batches = [(b, n, False) for b, n in val.rebatch(first, self.batch)]
+            self._batches += [(b, n, True) for b, n in val.rebatch(self.plan.validation,
+                                                                   self.batch)]
         return self._batches
 
     def _reference(self, int8: bool, reference: nn.Module) -> list:
@@ -300,19 +268,25 @@ class Exporter:
         return self._refs[int8]
 
     def export(self, path: str | os.PathLike, variant: str = "int8", opset: int = 17, *,
-               io_dtype: str = "float32", validate: bool = True) -> ExportResult:
-        """Write one variant to ``path`` (checked first; see :func:`export_onnx`)."""
-        _check_args(variant, opset)
+               io_dtype: str = "float32", validate: bool = True,
+               metadata: dict[str, str] | None = None) -> ExportResult:
+        """Write one variant to ``path`` (checked first; see :func:`export_onnx`);
+        ``metadata`` is added to the file's (next to ``trtqat.variant``, ...)."""
+        check_args(variant, opset)
         path = Path(path)
         check_writable(path.parent)
-        int8 = variant in INT8_VARIANTS
-        opset = _target_opset(variant, opset)
+        int8 = variant_row(variant).int8
+        opset = target_opset(variant, opset)
         base, reference = self._graph(int8)
+        if self.plan.clip_fp16 and variant_row(variant).fp16:
+            base = clip_to_fp16_range(base)
         min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
-        model = _finish(base, variant, opset, io_dtype, min_codes)
+        model = finish_model(base, variant, opset, io_dtype, min_codes)
+        props = dict(self.plan.metadata)
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
-            model.metadata_props.append(onnx.StringStringEntryProto(
-                key="trtqat.skip_layers", value=",".join(self.skip_layers)))
+            props["trtqat.skip_layers"] = ",".join(self.skip_layers)
+        for key, value in {**props, **(metadata or {})}.items():
+            model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
         result = ExportResult(path, variant, opset, self.dynamic_batch,
                               notes=list(self.notes) if int8 else [],
                               dynamic_axes=self.dynamic_axes)
@@ -322,18 +296,21 @@ class Exporter:
     def _validate(self, tmp: str, variant: str, reference: nn.Module,
                   result: ExportResult) -> None:
         session = val.ort_session(tmp)
-        refs = self._reference(variant in INT8_VARIANTS, reference)
+        int8 = variant_row(variant).int8
+        refs = self._reference(int8, reference)
         batches = self._validation_batches()
-        pairs = []
-        for (batch, n, is_data), ref in zip(batches, refs):
-            got = val.run_ort(session, batch)
-            pairs.append(([g[:n] for g in got], [r[:n] for r in ref], is_data))
-        names = [o.name for o in session.get_outputs()]
-        int8 = variant in INT8_VARIANTS
-        floors = self._noise_floor(reference) if int8 else None
-        result.checks += val.compare(variant, pairs, names, floors)
+        gots, wants = [], []
+        for (batch, n, _), ref in zip(batches, refs):
+            gots.append([g[:n] for g in val.run_ort(session, batch)])
+            wants.append([r[:n] for r in ref])
+        context = CheckContext(
+            names=[o.name for o in session.get_outputs()],
+            batches=[tuple(t[:n] for t in b) for b, n, _ in batches],
+            counted=[c for _, _, c in batches],
+            noise_floor=lambda: self._noise_floor(reference),
+            traced=self._traced[True] if int8 else None, onnx_path=tmp)
+        result.checks += self.plan.checks(variant, wants, gots, context)
         if int8:
-            result.checks.append(check_qdq_inventory(onnx.load(tmp), self._traced[True]))
             result.lint = lint_model(tmp)
 
     def _noise_floor(self, reference: nn.Module) -> list | None:
@@ -352,14 +329,14 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 dynamic_axes: Iterable[str] | None = None) -> ExportResult:
     """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16) to ``path``.
 
-    ``example_inputs``: a tensor or tuple of tensors (their batch size is the fixed batch
-    when ``dynamic_batch`` is False). INT8 variants need calibrated quantizers; fp32/fp16
-    run with quantizers disabled. BatchNorm is folded first (``fold_bn``). Unless
-    ``validate`` is False the file is checked against PyTorch on the example inputs and on
-    ``validation_data`` (an iterable of batches or ``(inputs, labels)``), plus the Q/DQ lint
-    for INT8; a failure raises :class:`ValidationError` and keeps no file.
-    ``dynamic_axes`` (of ``batch``, ``height``, ``width``) replaces ``dynamic_batch`` for
-    image inputs, e.g. ``("batch", "height", "width")``.
+    ``example_inputs``: an :class:`ExportPlan`, or a tensor or tuple of tensors (their batch
+    size is the fixed batch when ``dynamic_batch`` is False). INT8 variants need calibrated
+    quantizers; fp32/fp16 run with quantizers disabled. BatchNorm is folded first
+    (``fold_bn``). Unless ``validate`` is False the file is checked against PyTorch on the
+    example inputs and on ``validation_data`` (an iterable of batches or ``(inputs,
+    labels)``), plus the Q/DQ lint for INT8; a failure raises :class:`ValidationError` and
+    keeps no file. ``dynamic_axes`` (of ``batch``, ``height``, ``width``) replaces
+    ``dynamic_batch`` for image inputs, e.g. ``("batch", "height", "width")``.
     Returns the :class:`ExportResult` (path, opset, every check).
     """
     exporter = Exporter(model, example_inputs, dynamic_batch=dynamic_batch, fold_bn=fold_bn,
@@ -376,6 +353,6 @@ def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, chann
     return torch.randn(batch, channels, h, w, generator=gen)
 
 
-__all__ = ["EXPORT_OPSET", "ExportResult", "Exporter", "check_quantizers", "check_writable",
-           "convert_opset", "export_onnx", "make_example_inputs", "prepare",
-           "quantize_weights"]
+__all__ = ["EXPORT_OPSET", "ExportPlan", "ExportResult", "Exporter", "as_deployed",
+           "check_quantizers", "check_writable", "convert_opset", "export_onnx",
+           "finish_model", "image_plan", "make_example_inputs", "prepare", "quantize_weights"]

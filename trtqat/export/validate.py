@@ -24,10 +24,11 @@ import torch
 from torch import nn
 
 from trtqat.export import criterion as crit
+from trtqat.variants import TABLE
 
 log = logging.getLogger(__name__)
 
-REL_TOL = {"fp32": 1e-4, "fp16": 1e-2}
+REL_TOL = {v.name: v.rel_tol for v in TABLE if v.rel_tol is not None}  # the variants table
 
 
 @dataclass(frozen=True)

@@ -87,10 +87,27 @@ class ModelFamily(abc.ABC):
         """Example inputs, names and dynamic axes for ONNX export."""
 
     @abc.abstractmethod
-    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any]
-                     ) -> tuple[bool, str]:
-        """(passed, one-line reason): the exported file against PyTorch."""
+    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
+                     context: Any = None) -> list[Any]:
+        """The exported file against PyTorch: pass/fail lines (``trtqat.export.validate.Check``)
+        from each validation batch's outputs and a ``trtqat.export.checks.CheckContext``."""
 
     def engine_hints(self) -> EngineHints:
         """Hints for engine builders; none by default."""
         return EngineHints()
+
+    # ==== stage adapters: export, compare, sensitivity (issue 18, part B) =================
+    # Image families inherit the CNN's; each returns what the stage's own module defines.
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
+        """How ``trtqat export`` exports this family's checkpoint with ``options``
+        (``trtqat.train.export_run.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
+        raise NotImplementedError(f"the {self.name} family has no ONNX export")
+
+    def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
+        """What ``trtqat compare`` measures every variant on (``trtqat.compare.data.EvalData``)."""
+        raise NotImplementedError(f"the {self.name} family has no compare data")
+
+    def sensitivity_data(self, ckpt: dict[str, Any], cfg: Any, device: Any) -> tuple[list, dict]:
+        """``(batches of (inputs, targets), info)`` that ``trtqat sensitivity`` scores."""
+        raise NotImplementedError(f"`trtqat sensitivity` does not analyse {self.name} models "
+                                  "yet: pass the best.pt of a CNN calibrate/qat run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from torch import nn
 
 from trtqat.families.base import ExportInputs, ModelFamily
@@ -54,13 +55,56 @@ class CNNFamily(ModelFamily):
     def recipe(self, cfg: Any) -> dict[str, Any]:
         raise NotImplementedError
 
+    # ---- export, compare, sensitivity (issue 18, part B) -----------------------------
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
-        raise NotImplementedError
+        """Top-1 (and top-5 with more than 5 classes) in percent: logits vs labels."""
+        logits = np.asarray(outputs, dtype=np.float32)
+        labels = np.asarray(targets).reshape(-1)
+        k = min(5, logits.shape[1])
+        top = np.argsort(-logits, axis=1)[:, :k]
+        total = max(len(labels), 1)
+        metrics = {"top1": 100.0 * float((top[:, 0] == labels).sum()) / total}
+        if logits.shape[1] > 5:
+            metrics["top5"] = 100.0 * float((top == labels[:, None]).any(axis=1).sum()) / total
+        return metrics
 
     def export_inputs(self, model: nn.Module, spec: dict[str, Any], batch: int | None
                       ) -> ExportInputs:
-        raise NotImplementedError
+        """Random images of ``spec["input_size"]`` (h, w) and ``channels`` (default: the
+        checkpoint's ``image_size``, 3), ``batch`` rows (2 when dynamic); ``spec["dynamic"]``
+        names the dynamic axes (batch, height, width)."""
+        from trtqat.export.onnx_export import make_example_inputs
 
-    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any]
-                     ) -> tuple[bool, str]:
-        raise NotImplementedError
+        size = spec.get("input_size") or spec.get("image_size") or 32
+        images = make_example_inputs(size, batch or 2, int(spec.get("channels") or 3))
+        axes = tuple(spec.get("dynamic", ("batch",) if batch is None else ()))
+        where = {"batch": 0, "height": 2, "width": 3}
+        dims = {where[a]: a for a in axes if a in where}
+        return ExportInputs((images,), ["input"], ["output"],
+                            {"input": dims, "output": {0: "batch"} if 0 in dims else {}})
+
+    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
+                     context: Any = None) -> list[Any]:
+        """Each output within the variant's tolerance (INT8: the noise-floor criterion),
+        top-1 agreement on the validation data, the Q/DQ inventory of INT8 files."""
+        from trtqat.export.checks import classifier_checks
+
+        return classifier_checks(variant, reference, candidate, context)
+
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
+        """Example images, the validation split, ``--skip-layers`` (see ``image_export``)."""
+        from trtqat.train.export_run import image_export
+
+        return image_export(self, model, ckpt, options)
+
+    def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
+        """Labelled validation images and calibration images of the runs' data."""
+        from trtqat.compare.data import image_data
+
+        return image_data(self, variants, settings, cfg)
+
+    def sensitivity_data(self, ckpt: dict[str, Any], cfg: Any, device: Any) -> tuple[list, dict]:
+        """Validation ``(images, labels)`` batches of the checkpoint's data, in memory."""
+        from trtqat.train.sensitivity_report import image_batches
+
+        return image_batches(ckpt, cfg, device)

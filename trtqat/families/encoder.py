@@ -52,13 +52,41 @@ class EncoderFamily(ModelFamily):
     def recipe(self, cfg: Any) -> dict[str, Any]:
         raise NotImplementedError
 
+    # ---- export, compare, sensitivity (issue 18, part B) -----------------------------
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
-        raise NotImplementedError
+        """Embedding fidelity against the FP32 embeddings ``targets``: mean and min cosine,
+        Spearman of the pairwise similarities, sentence count."""
+        from trtqat.transformers.metrics import embedding_fidelity
+
+        return embedding_fidelity(targets, outputs)
 
     def export_inputs(self, model: nn.Module, spec: dict[str, Any], batch: int | None
                       ) -> ExportInputs:
-        raise NotImplementedError
+        """Two tokenized sentences of ``spec["max_length"]`` tokens (default 16); batch and
+        sequence dynamic whatever ``batch`` (a size-1 dimension would be specialised)."""
+        from trtqat.transformers.export import OUTPUT_NAMES, encoder_dynamic_axes
+        from trtqat.transformers.export import example_inputs_for_encoder as example
+        from trtqat.transformers.minilm import load_tokenizer
 
-    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any]
-                     ) -> tuple[bool, str]:
-        raise NotImplementedError
+        inputs = example(load_tokenizer(spec["arch"]), 2, int(spec.get("max_length") or 16))
+        return ExportInputs(tuple(inputs.values()), list(inputs), list(OUTPUT_NAMES),
+                            encoder_dynamic_axes(list(inputs)))
+
+    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
+                     context: Any = None) -> list[Any]:
+        """The cosine of ONNX Runtime's embeddings with PyTorch's, mean and worst sentence."""
+        from trtqat.export.checks import embedding_checks
+
+        return embedding_checks(variant, reference, candidate, context)
+
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
+        """Batch and sequence dynamic, validated on sentences at two shapes."""
+        from trtqat.transformers.onnx_export import encoder_export
+
+        return encoder_export(self, model, ckpt, options)
+
+    def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
+        """Held-out sentences, their FP32 embeddings, training sentences to calibrate ORT."""
+        from trtqat.compare.sentences import sentence_data
+
+        return sentence_data(self, variants, settings, cfg)

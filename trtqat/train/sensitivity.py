@@ -271,19 +271,22 @@ def make_runner(model: nn.Module, units: dict[str, list[TensorQuantizer]], cache
 
 # --------------------------------------------------------------------------- metrics
 class _Sums:
-    """Loss, top-1 hits and squared error vs the FP32 logits, summed over images."""
+    """Loss, the family's top-1 and squared error vs the FP32 logits, summed over images."""
 
-    def __init__(self) -> None:
+    def __init__(self, family) -> None:
+        self.family = family
         self.loss = self.hits = self.sq = 0.0
         self.n = 0
         self.numel = 0
 
     def add(self, logits: torch.Tensor, y: torch.Tensor, ref: torch.Tensor) -> None:
         logits = logits.float()
+        n = y.shape[0]
         self.loss += float(F.cross_entropy(logits, y, reduction="sum"))
-        self.hits += float((logits.argmax(1) == y).sum())
+        top1 = self.family.metric(logits.detach().cpu().numpy(), y.detach().cpu().numpy())
+        self.hits += top1["top1"] * n / 100.0
         self.sq += float(((logits - ref) ** 2).sum())
-        self.n += y.shape[0]
+        self.n += n
         self.numel += logits.numel()
 
     def metrics(self) -> dict[str, float]:
@@ -304,10 +307,12 @@ def _harm(mode: str, m: dict[str, float], fp32: dict[str, float], quant: dict[st
 
 
 def evaluate_configs(runner, batches: list[tuple[torch.Tensor, torch.Tensor]],
-                     refs: list[torch.Tensor], configs: list[frozenset[str]]
+                     refs: list[torch.Tensor], configs: list[frozenset[str]], family=None
                      ) -> list[dict[str, float]]:
-    """Metrics of each configuration (a set of quantized layers) on every batch."""
-    sums = [_Sums() for _ in configs]
+    """Metrics of each configuration (a set of quantized layers) on every batch
+    (top-1: ``family.metric``, the CNN's by default)."""
+    family = family or _default_family()
+    sums = [_Sums(family) for _ in configs]
     with torch.inference_mode():
         for (x, y), ref in zip(batches, refs):
             for s, cfg in zip(sums, configs):
@@ -315,17 +320,24 @@ def evaluate_configs(runner, batches: list[tuple[torch.Tensor, torch.Tensor]],
     return [s.metrics() for s in sums]
 
 
+def _default_family():
+    from trtqat import families
+
+    return families.get("cnn")
+
+
 def run_sweep(runner, units: dict[str, list[TensorQuantizer]], mode: str,
-              batches: list[tuple[torch.Tensor, torch.Tensor]], progress: bool = True
-              ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+              batches: list[tuple[torch.Tensor, torch.Tensor]], progress: bool = True,
+              family=None) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """(baselines, per-layer metrics) of a one-on or one-off sweep over ``units``."""
+    family = family or _default_family()
     layers = list(units)
     everything, nothing = frozenset(layers), frozenset()
     base = nothing if mode == "one-on" else everything
     with torch.inference_mode():
         refs = [runner.logits(nothing, x).float() for x, _ in batches]
-    fp32, quant = evaluate_configs(runner, batches, refs, [nothing, everything])
-    sums = {layer: _Sums() for layer in layers}
+    fp32, quant = evaluate_configs(runner, batches, refs, [nothing, everything], family)
+    sums = {layer: _Sums(family) for layer in layers}
     bar = tqdm(total=len(layers) * len(batches), desc=f"sensitivity {mode}", leave=False,
                disable=not progress, dynamic_ncols=True)
     try:
@@ -365,10 +377,10 @@ def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
     """Run the sweep, write ``sensitivity.json`` and ``sensitivity.png``; see module doc."""
     from trtqat.train.sensitivity_report import load_for_sensitivity, suggest, write_outputs
 
-    model, units, batches, info = load_for_sensitivity(cfg)
+    model, units, batches, info, family = load_for_sensitivity(cfg)
     t0 = time.perf_counter()
     runner = make_runner(model, units, cfg.cache)
-    baselines, per_layer = run_sweep(runner, units, cfg.mode, batches, cfg.progress)
+    baselines, per_layer = run_sweep(runner, units, cfg.mode, batches, cfg.progress, family)
     rows = rank(per_layer, units, baselines, cfg.mode, cfg.metric)
     elapsed = time.perf_counter() - t0
     result = SensitivityResult(
@@ -376,6 +388,6 @@ def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
         baselines=baselines, rows=rows, time_s=elapsed, engine=runner.engine,
         images=sum(int(y.shape[0]) for _, y in batches))
     if cfg.suggest:
-        result.suggestion = suggest(runner, units, batches, rows, cfg, info)
+        result.suggestion = suggest(runner, units, batches, rows, cfg, info, family)
     write_outputs(result, Path(cfg.out) if cfg.out else default_out(cfg.checkpoint))
     return result

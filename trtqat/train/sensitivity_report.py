@@ -36,24 +36,25 @@ def _device(name: str) -> torch.device:
 
 
 def load_for_sensitivity(cfg: SensitivityConfig):
-    """(model, layers, validation batches in memory, info) for ``cfg``; checks the checkpoint."""
-    from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-    from trtqat.train.data import make_loaders
-    from trtqat.train.data_sources import make_preprocess
+    """(model, layers, validation batches in memory, info, family) for ``cfg``; checks the
+    checkpoint. The checkpoint's family loads the model, its data and scores it."""
+    from trtqat import families
+    from trtqat.train.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(cfg.checkpoint)
+    family = families.of_checkpoint(ckpt)
     spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
-    if spec.get("family") == "transformer":
-        raise SensitivityError(f"{cfg.checkpoint} is a sentence-encoder checkpoint; "
-                               "sensitivity analyses CNN classifiers only: pass the best.pt "
-                               "of a CNN calibrate/qat run")
     if not spec.get("quantized"):
         raise SensitivityError(
             f"{cfg.checkpoint} is a {stage} checkpoint without quantizers, so there is "
             f"nothing to analyse: run `trtqat calibrate --checkpoint {cfg.checkpoint}` first "
             "and pass its best.pt")
     device = _device(cfg.device)
-    model = build_from_checkpoint(ckpt).to(device).eval()
+    try:
+        batches, info = family.sensitivity_data(ckpt, cfg, device)
+    except NotImplementedError as exc:
+        raise SensitivityError(f"{cfg.checkpoint}: {exc}") from None
+    model = family.load(ckpt).to(device).eval()
     units = layer_units(model)
     if not units:
         raise SensitivityError(f"{cfg.checkpoint}: every quantizer is disabled (skip_layers "
@@ -62,6 +63,22 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     if missing:
         raise SensitivityError(f"{cfg.checkpoint}: quantizer {missing[0]} has no amax; "
                                "calibrate the model first (trtqat calibrate)")
+    calib = ckpt.get("calib") or {}
+    info = {"checkpoint": str(cfg.checkpoint), "stage": stage, "arch": spec["arch"], **info,
+            "batches": len(batches), "skip_layers": list(spec.get("skip_layers") or []),
+            "fp32_checkpoint": calib.get("source"), "calib_method": calib.get("method"),
+            "calib_percentile": calib.get("percentile"), "device": str(device)}
+    return model, units, batches, info, family
+
+
+def image_batches(ckpt: dict[str, Any], cfg: SensitivityConfig, device: torch.device
+                  ) -> tuple[list, dict[str, Any]]:
+    """Validation ``(images, labels)`` batches of the checkpoint's data (or ``cfg.data``),
+    on ``device``, and what they are (data, image size, batch size)."""
+    from trtqat.train.data import make_loaders
+    from trtqat.train.data_sources import make_preprocess
+
+    spec = ckpt["model"]
     args = ckpt.get("args") or {}
     train_args = ckpt.get("train_args") or {}
     data = cfg.data or args.get("data") or train_args.get("data") or "digits"
@@ -74,23 +91,17 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     batches = [(x.to(device), y.to(device)) for x, y in islice(val_loader, cfg.batches)]
     if not batches:
         raise SensitivityError(f"the validation split of {data!r} is empty")
-    calib = ckpt.get("calib") or {}
-    info = {"checkpoint": str(cfg.checkpoint), "stage": stage, "arch": spec["arch"],
-            "data": data, "image_size": image_size, "batch_size": batch_size,
-            "batches": len(batches), "skip_layers": list(spec.get("skip_layers") or []),
-            "fp32_checkpoint": calib.get("source"), "calib_method": calib.get("method"),
-            "calib_percentile": calib.get("percentile"), "device": str(device)}
-    return model, units, batches, info
+    return batches, {"data": data, "image_size": image_size, "batch_size": batch_size}
 
 
 def suggest(runner, units: dict[str, list[TensorQuantizer]], batches: list, rows: list[dict],
-            cfg: SensitivityConfig, info: dict[str, Any]) -> dict[str, Any]:
+            cfg: SensitivityConfig, info: dict[str, Any], family=None) -> dict[str, Any]:
     """The ``cfg.suggest`` top-ranked layers, evaluated left in float, with the commands."""
     chosen = [r["layer"] for r in rows[: cfg.suggest]]
     everything = frozenset(units)
     with torch.inference_mode():
         refs = [runner.logits(frozenset(), x).float() for x, _ in batches]
-    metrics = evaluate_configs(runner, batches, refs, [everything - set(chosen)])[0]
+    metrics = evaluate_configs(runner, batches, refs, [everything - set(chosen)], family)[0]
     runner.restore()
     skip = list(dict.fromkeys([*info["skip_layers"], *chosen]))
     return {"layers": chosen, "skip_layers": skip, "metrics": metrics,

@@ -50,33 +50,34 @@ def encoder_dynamic_shapes(input_names: Sequence[str] = INPUT_NAMES,
     return {name: {0: batch, 1: seq} for name in input_names}
 
 
-def example_inputs_for_encoder(tokenizer, batch_size: int = 2, seq_len: int = 16,
+def example_inputs_for_encoder(tokenizer, batch_size: int = 2, max_length: int = 16,
                                sentences: Sequence[str] | None = None
                                ) -> dict[str, torch.Tensor]:
-    """Real tokenized inputs of exactly ``(batch_size, seq_len)``, in forward() order.
+    """Real tokenized inputs of exactly ``(batch_size, max_length)``, in forward() order.
 
-    Rows are truncated or padded to ``seq_len``; when ``batch_size > 1`` the last row holds
-    at most ``seq_len // 2`` tokens, so that the attention mask's padding path is traced
-    and validated too.
+    Rows are truncated or padded to ``max_length``; when ``batch_size > 1`` the last row
+    holds at most ``max_length // 2`` tokens, so that the attention mask's padding path is
+    traced and validated too.
     """
-    if batch_size < 1 or seq_len < 2:
-        raise ValueError(f"need batch_size >= 1 and seq_len >= 2, got {batch_size}, {seq_len}")
+    if batch_size < 1 or max_length < 2:
+        raise ValueError(f"need batch_size >= 1 and max_length >= 2, got {batch_size}, "
+                         f"{max_length}")
     sentences = list(sentences or [])
     while len(sentences) < batch_size:
         sentences.append(_FILLER)
     sentences = sentences[:batch_size]
-    enc = tokenize(tokenizer, sentences, max_length=seq_len, padding="max_length")
+    enc = tokenize(tokenizer, sentences, max_length=max_length, padding="max_length")
     if batch_size > 1:  # re-tokenize the last row to half the length, then pad it
-        short = tokenize(tokenizer, sentences[-1:], max_length=max(2, seq_len // 2),
+        short = tokenize(tokenizer, sentences[-1:], max_length=max(2, max_length // 2),
                          padding="max_length")
         for name, value in short.items():
             pad = tokenizer.pad_token_id if name == "input_ids" else 0
-            enc[name][-1] = torch.nn.functional.pad(value[0], (0, seq_len - value.shape[1]),
+            enc[name][-1] = torch.nn.functional.pad(value[0], (0, max_length - value.shape[1]),
                                                     value=pad)
     return {name: enc[name] for name in encoder_input_names(tokenizer) if name in enc}
 
 
-def encoder_shapes(batch_size: int, seq_len: int, input_names: Sequence[str] = INPUT_NAMES
+def encoder_shapes(batch_size: int, max_length: int, input_names: Sequence[str] = INPUT_NAMES
                    ) -> str:
     """A ``--shapes`` value for ``trtqat-exec``/trtexec, e.g. ``input_ids:1x128,...``."""
-    return ",".join(f"{name}:{batch_size}x{seq_len}" for name in input_names)
+    return ",".join(f"{name}:{batch_size}x{max_length}" for name in input_names)

@@ -1,0 +1,125 @@
+"""The ONNX variants, in one table: name, precision, opset, tolerances, and the file names.
+
+Pure Python (the CLI reads it at start-up, before onnx or the exporter are imported).
+
+Adding a variant is one row of :data:`TABLE`: ``trtqat export --variant`` choices, the
+export checks, ``compare`` and the file names all read it.
+
+Tolerances (measured where the row says so; see :mod:`trtqat.export.validate` and
+:mod:`trtqat.export.criterion`):
+
+* ``rel_tol`` (float variants): ``max|ORT - PyTorch| / max|PyTorch|`` of each output.
+* ``mean_limit`` (INT8 variants): ``(margin, minimum)``: the mean difference against the
+  PyTorch fake-quant model may reach ``margin`` x the measured noise floor and never less
+  than ``minimum`` quantization steps; fp16 re-rounds every activation, so int8-fp16 gets
+  more room.
+* ``min_mean_cosine`` / ``min_cosine`` (embedding outputs): the mean over sentences and the
+  lowest sentence's cosine of ORT's embeddings with PyTorch's. fp32 and fp16 are the same
+  arithmetic (measured 1 - 1e-7); int8 measured mean >= 0.9996 on all-MiniLM-L6-v2 PTQ,
+  lowest sentence 0.9967 (a last-bit difference can flip a code and some sentences amplify
+  it); int8-fp16 measured mean 0.974 to 0.996, lowest 0.956 (fp16 arithmetic before each
+  QuantizeLinear flips many codes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+MIN_OPSET = 13  # per-channel Q/DQ
+
+
+@dataclass(frozen=True)
+class OnnxVariant:
+    """One row of the variants table."""
+
+    name: str                     # --variant, file names, compare's precision column
+    precision: str                # what the file computes in (help texts)
+    int8: bool                    # Q/DQ from calibrated quantizers
+    fp16: bool                    # float tensors converted to fp16
+    min_opset: int                # lower opsets are raised to this
+    rel_tol: float | None         # float variants: max relative output difference
+    mean_limit: tuple[float, float] | None  # INT8: (x noise floor, minimum steps)
+    min_mean_cosine: float        # embeddings: mean cosine with PyTorch
+    min_cosine: float             # embeddings: every sentence's cosine
+
+
+TABLE: tuple[OnnxVariant, ...] = (
+    OnnxVariant("fp32", "float32", False, False, MIN_OPSET, 1e-4, None, 0.999, 0.999),
+    OnnxVariant("fp16", "float16", False, True, MIN_OPSET, 1e-2, None, 0.99, 0.99),
+    OnnxVariant("int8", "int8 Q/DQ, float32 elsewhere", True, False, MIN_OPSET, None,
+                (8.0, 1.0), 0.999, 0.98),
+    OnnxVariant("int8-fp16", "int8 Q/DQ, float16 elsewhere (fp16 scales: opset 19)", True,
+                True, 19, None, (16.0, 2.0), 0.965, 0.94),
+)
+BY_NAME = {v.name: v for v in TABLE}
+ALIASES = {"int8+fp16": "int8-fp16"}  # older spelling of the mixed variant, still accepted
+
+VARIANTS = tuple(v.name for v in TABLE)
+"""Every variant, in the order ``--variant all`` exports them."""
+INT8_VARIANTS = tuple(v.name for v in TABLE if v.int8)
+FP16_VARIANTS = tuple(v.name for v in TABLE if v.fp16)
+CHOICES = (*VARIANTS, "all")
+"""``trtqat export --variant`` choices."""
+
+
+def canonical(name: str) -> str:
+    """The table's name for ``name`` (``int8+fp16`` -> ``int8-fp16``); unknown names pass."""
+    return ALIASES.get(name, name)
+
+
+def variant(name: str) -> OnnxVariant:
+    """The row of ``name`` (aliases accepted); ValueError for an unknown one."""
+    row = BY_NAME.get(canonical(name))
+    if row is None:
+        raise ValueError(f"unknown variant {name!r}; use one of {', '.join(VARIANTS)}")
+    return row
+
+
+def expand_variants(name: str) -> tuple[str, ...]:
+    """``all`` -> every variant; one name -> itself (checked)."""
+    if name == "all":
+        return VARIANTS
+    if canonical(name) not in BY_NAME:
+        raise ValueError(f"unknown variant {name!r}; use one of {', '.join(VARIANTS)} or all")
+    return (canonical(name),)
+
+
+# ------------------------------------------------------------------ file names
+def ptq_tag(calib: dict[str, Any]) -> str:
+    """``ptq-<method>`` of a PTQ checkpoint's ``calib`` (``ptq-percentile-99.99``)."""
+    method = calib.get("method", "max")
+    if method == "percentile":
+        return f"ptq-{method}-{float(calib.get('percentile', 99.99)):g}"
+    return f"ptq-{method}"
+
+
+def stage_tag(ckpt: dict[str, Any]) -> str:
+    """The checkpoint part of file names: ``""`` (FP32), ``ptq-<method>`` or ``qat``."""
+    stage = str(ckpt.get("stage", "fp32"))
+    if stage == "ptq":
+        return ptq_tag(ckpt.get("calib") or {})
+    return "" if stage == "fp32" else stage
+
+
+def arch_label(arch: str) -> str:
+    """The model's short name: the last part of a folder path (``/m/tiny-bert`` -> ``tiny-bert``)."""
+    return re.split(r"[\\/]+", str(arch).rstrip("/\\"))[-1] or "model"
+
+
+def artifact_name(arch: str, tag: str, name: str, batch: int | None = None) -> str:
+    """The one file-naming rule: ``<arch>[-<tag>]-<variant>[-b<N>].onnx``.
+
+    ``tag`` is :func:`stage_tag` of the checkpoint (``""``/``fp32`` for an FP32-trained
+    model, ``ptq-entropy``, ``qat``), e.g. ``resnet18-ptq-entropy-int8.onnx``,
+    ``resnet18-qat-int8-fp16.onnx``, ``resnet18-fp16.onnx``; a fixed batch adds ``-b<N>``.
+    """
+    row = variant(name)
+    parts = [re.sub(r"[^A-Za-z0-9_.]+", "_", arch_label(arch))]
+    if tag not in ("", "fp32"):
+        parts.append(tag)
+    parts.append(row.name)
+    if batch is not None:
+        parts.append(f"b{batch}")
+    return "-".join(parts) + ".onnx"
