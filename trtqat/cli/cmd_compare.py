@@ -13,6 +13,7 @@ from trtqat.cli.validate import (
     positive_int,
     writable_dir,
 )
+from trtqat.engines.registry import backends_help, default_backend
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--onnx", nargs="+", default=(), help="explicit ONNX files to compare too")
     p.add_argument("--variants", type=lambda s: tuple(s.split(",")), default=(),
                    help="only these variants, e.g. fp32,qat-int8")
-    p.add_argument("--backend", default="ort", help="ort (default) or tensorrt")
+    p.add_argument("--backend", default=default_backend(), help=backends_help())
     p.add_argument("--batch-sizes", type=int_list, default=(1, 32),
                    help="latency at the first, throughput at the last (default 1,32)")
     p.add_argument("--export-dir", default="export", type=writable_dir,

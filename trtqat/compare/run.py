@@ -15,6 +15,7 @@ from trtqat.compare.data import EvalData, feed_for
 from trtqat.compare.report import VariantResult, build_report, format_table, write_report
 from trtqat.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.compare.variants import CompareError, Variant, discover, explicit
+from trtqat.engines.registry import DEFAULT_BACKEND, backend_info
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 from trtqat.variants import artifact_name
@@ -28,7 +29,7 @@ class CompareConfig:
 
     run: str | None = None
     onnx: tuple[str, ...] = ()
-    backend: str = "ort"
+    backend: str = DEFAULT_BACKEND
     batch_sizes: tuple[int, ...] = (1, 32)
     export_dir: str = "export"
     out: str = "engines"
@@ -77,7 +78,7 @@ def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareCon
         "max_shapes": {n: (big, *opt) for n in names},
         "threads": cfg.threads,
     }
-    if cfg.backend == "ort" and variant.precision.startswith("int8"):
+    if backend_info(cfg.backend).int8_rewrite and variant.precision.startswith("int8"):
         kwargs["ort_prepare"] = "qdq"
         kwargs["calib_feeds"] = [feed_for(f, names, onnx_path) for f in data.calib]
     try:
@@ -120,7 +121,7 @@ def score(runner, data: EvalData, names: list[str], family, source: Path
 
 def node_counts(engine) -> dict[str, int]:
     """Integer and float compute nodes of an ORT engine ({} for other backends)."""
-    if engine.backend != "ort":
+    if not backend_info(engine.backend).onnx_payload:
         return {}
     import onnx
 
@@ -170,14 +171,15 @@ def finish_variant(result: VariantResult, engine, cfg: CompareConfig) -> dict[st
     result.nodes = node_counts(engine)
     result.providers = list(engine.header.get("providers") or [cfg.backend])
     cpu_only = all("cpu" in str(p).lower() for p in result.providers)
-    if cfg.backend == "ort" and cpu_only and "fp16" in result.precision:
+    info = backend_info(cfg.backend)
+    if info.fp16_emulated_on_cpu and cpu_only and "fp16" in result.precision:
         result.emulated = True
         result.notes.append("emulated: ORT's CPU provider runs fp16 in float (casts around "
                             "float kernels, and its graph optimizations reorder fp16 rounding), so "
                             "its speed and top-1 say nothing about TensorRT's fp16; the "
                             "export check runs the file as written; the variant is meant "
                             "for TensorRT")
-    return {"threads": cfg.threads} if cfg.backend == "ort" else {}
+    return info.runner_kwargs(threads=cfg.threads)
 
 
 def measure_variant(variant: Variant, cfg: CompareConfig, data: EvalData, family) -> Timed:
@@ -288,9 +290,13 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
 
 
 def _require_backend(backend: str) -> None:
-    if backend == "tensorrt":
-        try:
-            import tensorrt  # noqa: F401
-        except ImportError:
-            raise CompareError("backend 'tensorrt' is not installed: pip install 'trtqat[tensorrt]' "
-                               "on a machine with an NVIDIA GPU, or use --backend ort") from None
+    """Import the backend's package now: a missing one is one line before any work."""
+    import importlib
+
+    info = backend_info(backend)
+    if not info.package:
+        return
+    try:
+        importlib.import_module(info.package)
+    except ImportError:
+        raise CompareError(f"backend '{info.name}' is not installed: {info.install}") from None
