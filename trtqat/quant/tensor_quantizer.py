@@ -13,6 +13,7 @@ from trtqat.quant import export_mode, pq_ops
 from trtqat.quant.amax import checked_amax, fits
 from trtqat.quant.calib.base import reduce_dims
 from trtqat.quant.clip import Clip
+from trtqat.quant.describe import describe
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting, quant_bounds
 
@@ -391,22 +392,4 @@ class TensorQuantizer(nn.Module):
                                       unexpected_keys, error_msgs)
 
     def extra_repr(self) -> str:
-        if self._disabled:
-            return "disabled"
-        parts = [f"{'unsigned ' if self._unsigned else ''}{self._num_bits}bit"]
-        parts += ["narrow"] if self._narrow_range else []
-        parts += ["fake" if self._fake_quant else "real"]
-        parts += ["per-tensor" if self._axis is None else f"axis={self._axis}"]
-        amax = self._amax
-        if amax is None:
-            parts.append("amax=dynamic")
-        elif amax.numel() == 1:
-            parts.append(f"amax={float(amax):.4f}")
-        else:
-            parts.append(f"amax=[{float(amax.min()):.4f}, {float(amax.max()):.4f}]({amax.numel()})")
-        parts += [f"*{self._scale_amax}"] if self._scale_amax else []
-        parts += ["learned"] if self._learn_amax else []
-        parts += [f"calibrator={type(self._calibrator).__name__}"] if self._calibrator else []
-        parts += [name for name, on in (("quant", self._if_quant), ("clip", self._if_clip),
-                                        ("calib", self._if_calib)) if on]
-        return " ".join(parts)
+        return describe(self)
