@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from trtqat.errors import AmaxValueError, QuantTypeError
@@ -16,6 +18,12 @@ def broadcasts(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
         return False
     return all(int(a) == 1 or int(a) == int(b)
                for a, b in zip(reversed(amax_shape), reversed(input_shape)))
+
+
+@functools.lru_cache(maxsize=1024)
+def fits(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
+    """:func:`broadcasts`, remembered per pair of shapes (a training step repeats its shapes)."""
+    return broadcasts(amax_shape, input_shape)
 
 
 def checked_amax(value, label: str) -> torch.Tensor:

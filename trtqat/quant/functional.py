@@ -20,6 +20,27 @@ def quant_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int
     return (-qmax if narrow_range else -qmax - 1), qmax
 
 
+_is_compiling = torch.compiler.is_compiling
+_onnx_flags: list = []  # [(GLOBALS, _flags)] once looked up, [None] where torch has neither
+
+
+def onnx_exporting() -> bool:
+    """``torch.onnx.is_in_onnx_export()`` without its two imports per call (it costs more
+    than a small fake-quant kernel, and every quantizer call asks)."""
+    if not _onnx_flags:
+        try:
+            from torch.onnx._internal.exporter import _flags
+            from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+            ok = hasattr(GLOBALS, "in_onnx_export") and hasattr(_flags, "_is_onnx_exporting")
+        except ImportError:
+            ok = False
+        _onnx_flags.append((GLOBALS, _flags) if ok else None)
+    flags = _onnx_flags[0]
+    if flags is None or _is_compiling():  # dynamo knows the public function, not the flags
+        return torch.onnx.is_in_onnx_export()
+    return bool(flags[0].in_onnx_export or flags[1]._is_onnx_exporting)
+
+
 class _FakeQuantFn(torch.autograd.Function):
     """Eager fake quantization: fused kernels forward, the smallest possible saved state.
 
@@ -83,7 +104,7 @@ class _Entry:
 
     def apply(self, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
         _kernels.check_input(x)
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             return fake_quant_op.fake_quant(x, amax, qmin, qmax)
         return self.function.apply(x, amax, qmin, qmax)
 

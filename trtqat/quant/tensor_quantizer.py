@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -9,11 +10,12 @@ from torch import nn
 
 from trtqat.errors import CalibrationError, QuantConfigError, QuantizerStateError, QuantTypeError
 from trtqat.quant import export_mode, pq_ops
-from trtqat.quant.amax import broadcasts, checked_amax
+from trtqat.quant.amax import checked_amax, fits
 from trtqat.quant.calib.base import reduce_dims
 from trtqat.quant.clip import Clip
+from trtqat.quant.describe import describe
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
-from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, quant_bounds
+from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting, quant_bounds
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,16 @@ def _make_calibrator(desc: QuantDescriptor):
 
     bits = desc.num_bits if isinstance(desc.num_bits, int) else 8  # E4M3: ranges as for int8
     return make_calibrator(desc.calib_method, bits, desc.axis, desc.unsigned)
+
+
+@functools.lru_cache(maxsize=64)
+def _int_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int, int]:
+    return quant_bounds(num_bits, unsigned, narrow_range)
+
+
+def _exporting() -> bool:
+    """Quantizers emit torch's fake-quantize ops (export mode, ``use_fb_fake_quant``, ONNX export)."""
+    return export_mode.active() or TensorQuantizer.use_fb_fake_quant or onnx_exporting()
 
 
 class TensorQuantizer(nn.Module):
@@ -41,6 +53,13 @@ class TensorQuantizer(nn.Module):
     """
 
     use_fb_fake_quant = False
+    _plain_forward = True  # False in a subclass that overrides a stage of the quantization
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plain_forward = all(getattr(cls, name) is getattr(TensorQuantizer, name)
+                                 for name in ("_forward_stages", "_quant_forward", "_get_amax",
+                                              "_bounds"))
 
     def __init__(self, quant_desc: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR,
                  disabled: bool = False, if_quant: bool = True, if_clip: bool = False,
@@ -251,6 +270,23 @@ class TensorQuantizer(nn.Module):
         """Scale by ``pre_quant_scale``, collect statistics, clip, quantize: each if enabled."""
         if self._disabled:
             return inputs
+        # QAT's common case first: a stored int range, fake quantization and nothing else.
+        # Plain dict reads (nn.Module.__getattr__ would cost more than a small kernel).
+        buffers = self._buffers
+        amax = buffers.get("_amax")
+        if (amax is not None and self._if_quant and self._fake_quant and self._plain_forward
+                and not (self._if_calib or self._if_clip) and self._scale_amax is None
+                and buffers.get("_pre_quant_scale") is None and "clip" not in self._modules
+                and type(self._num_bits) is int and not _exporting()):
+            qmin, qmax = _int_bounds(self._num_bits, self._unsigned, self._narrow_range)
+            if qmax >= 1 and (amax.numel() == 1 or fits(amax.shape, inputs.shape)):
+                if self._unsigned and bool(inputs.min() < 0):
+                    pq_ops._check(inputs, amax, True)  # raises TypeError, as pytorch-quantization
+                return _FakeQuant.apply(inputs, amax.detach() if amax.requires_grad else amax,
+                                        qmin, qmax)
+        return self._forward_stages(inputs)
+
+    def _forward_stages(self, inputs: torch.Tensor) -> torch.Tensor:
         if self._pre_quant_scale is not None:
             inputs = inputs * self._pre_quant_scale.to(inputs.device)
         if self._if_calib:
@@ -268,8 +304,7 @@ class TensorQuantizer(nn.Module):
             amax = torch.max(-self.clip.clip_value_min, self.clip.clip_value_max).detach()
         else:
             amax = self._get_amax(inputs)
-        exporting = (export_mode.active() or TensorQuantizer.use_fb_fake_quant
-                     or torch.onnx.is_in_onnx_export())
+        exporting = _exporting()
         if self._num_bits == E4M3:
             if exporting:
                 raise QuantizerStateError(f"{self._label()}: FP8 E4M3 cannot be exported as "
@@ -289,7 +324,7 @@ class TensorQuantizer(nn.Module):
                     "one batch's range into the ONNX file; calibrate or load amax first")
             return export_mode.fake_quant_for_export(inputs, amax.detach(), qmin, qmax,
                                                      axis_tuple(self._axis))
-        if isinstance(self._amax, nn.Parameter):
+        if "_amax" in self._parameters:  # a learned amax (init_learn_amax)
             return _FakeQuantLearnable.apply(inputs, amax.abs().clamp_min(1e-8), qmin, qmax)
         if self._unsigned and bool(inputs.min() < 0):
             pq_ops._check(inputs, amax, True)  # raises TypeError, as pytorch-quantization
@@ -297,9 +332,9 @@ class TensorQuantizer(nn.Module):
 
     def _get_amax(self, inputs: torch.Tensor) -> torch.Tensor:
         """The stored amax, else the current input's (per the quantizer's axis); times scale_amax."""
-        if self._amax is not None:
-            amax = self._amax
-            if amax.numel() != 1 and not broadcasts(amax.shape, inputs.shape):
+        amax = self._amax
+        if amax is not None:
+            if amax.numel() != 1 and not fits(amax.shape, inputs.shape):
                 raise QuantizerStateError(
                     f"{self._label()}: amax of shape {tuple(amax.shape)} does not fit an input "
                     f"of shape {tuple(inputs.shape)}; load the amax of this layer")
@@ -318,7 +353,7 @@ class TensorQuantizer(nn.Module):
     def _bounds(self) -> tuple[int, int]:
         if self._num_bits == E4M3:
             return -448, 448
-        return quant_bounds(self._num_bits, self._unsigned, self._narrow_range)
+        return _int_bounds(self._num_bits, self._unsigned, self._narrow_range)
 
     def _label(self) -> str:
         return f"quantizer '{self._name}'" if self._name else "TensorQuantizer"
@@ -356,22 +391,4 @@ class TensorQuantizer(nn.Module):
                                       unexpected_keys, error_msgs)
 
     def extra_repr(self) -> str:
-        if self._disabled:
-            return "disabled"
-        parts = [f"{'unsigned ' if self._unsigned else ''}{self._num_bits}bit"]
-        parts += ["narrow"] if self._narrow_range else []
-        parts += ["fake" if self._fake_quant else "real"]
-        parts += ["per-tensor" if self._axis is None else f"axis={self._axis}"]
-        amax = self._amax
-        if amax is None:
-            parts.append("amax=dynamic")
-        elif amax.numel() == 1:
-            parts.append(f"amax={float(amax):.4f}")
-        else:
-            parts.append(f"amax=[{float(amax.min()):.4f}, {float(amax.max()):.4f}]({amax.numel()})")
-        parts += [f"*{self._scale_amax}"] if self._scale_amax else []
-        parts += ["learned"] if self._learn_amax else []
-        parts += [f"calibrator={type(self._calibrator).__name__}"] if self._calibrator else []
-        parts += [name for name, on in (("quant", self._if_quant), ("clip", self._if_clip),
-                                        ("calib", self._if_calib)) if on]
-        return " ".join(parts)
+        return describe(self)
