@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from trtqat.cli import options as O
 from trtqat.cli.validate import (
     finite_float,
     int_list,
@@ -23,9 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export of every ONNX variant, engines, trtexec-style benchmark and a report "
         "(report.md, report.json, report.png). Finished stages are reused unless --fresh.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="resnet18", help="torchvision classification model")
-    p.add_argument("--data", default="digits", help="digits, synthetic or an ImageFolder path")
-    p.add_argument("--image-size", type=positive_int, default=32)
+    O.add_model(p, "resnet18", "image classifier of any image family: a torchvision or timm "
+                "name, or path/to/file.py:factory")
+    O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
+    O.add_image_size(p, 32, "input resolution: N (square) or HxW, at least 8")
     p.add_argument("--epochs", type=positive_int, default=15, help="FP32 training epochs")
     p.add_argument("--calib-batches", type=positive_int, default=8,
                    help="batches per PTQ calibration")
@@ -33,8 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="folder of the training run folders")
     p.add_argument("--export-dir", default="export", type=writable_dir,
                    help="where the ONNX variants go")
-    p.add_argument("--out", default="engines", type=writable_dir,
-                   help="where engines and the report go")
+    O.add_out(p, "engines", "where engines and the report go", metavar=None)
     p.add_argument("--backend", default="ort", help="ort or tensorrt")
     p.add_argument("--batch-sizes", type=int_list, default=(1, 32),
                    help="latency at the first, throughput at the last")
@@ -43,12 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds of measurement per variant and batch size")
     p.add_argument("--threads", type=non_negative_int, default=None,
                    help="ONNX Runtime intra-op threads")
-    p.add_argument("--device", default="auto",
-                   help="where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
-                   "(engines: --backend tensorrt on a GPU)")
+    O.add_device(p, "where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
+                 "(engines: --backend tensorrt on a GPU)")
     p.add_argument("--fresh", action="store_true", help="redo every stage")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bars")
+    O.add_no_progress(p, "no progress bars")
     p.set_defaults(func=run)
 
 
@@ -56,6 +55,5 @@ def run(args: argparse.Namespace) -> int:
     """Run ``trtqat demo``."""
     from trtqat.demo import DemoConfig, run_demo
 
-    fields = DemoConfig.__dataclass_fields__
-    report = run_demo(DemoConfig(**{k: v for k, v in vars(args).items() if k in fields}))
+    report = run_demo(O.config_from(DemoConfig, args))
     return 1 if report.get("partial") else 0

@@ -8,11 +8,13 @@ nothing outside ``trtqat/families/`` tests a family name.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from torch import nn
+
+from trtqat.errors import TrtqatError
 
 
 @dataclass
@@ -23,6 +25,22 @@ class ExportInputs:
     input_names: list[str]
     output_names: list[str]
     dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+
+
+@dataclass
+class StageData:
+    """What :meth:`ModelFamily.data` gives a stage: ``train`` (training or calibration
+    batches; sentences for encoders), ``val`` (held-out data, None when the data has no
+    labels) and what the data says about itself (``classes``, ``info``)."""
+
+    train: Any
+    val: Any | None = None
+    classes: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class UnsupportedStageError(TrtqatError, ValueError):
+    """A stage this model family does not have (e.g. ``trtqat train`` of an encoder)."""
 
 
 @dataclass
@@ -43,6 +61,7 @@ class ModelFamily(abc.ABC):
     checkpoint_tag: ClassVar[str | None] = None  # ckpt["model"]["family"]; None: the name
     task: ClassVar[str]            # "classification" (labels, top-1) | "embedding" (cosine)
     summary: ClassVar[str]         # one line for --help
+    spec_keys: ClassVar[tuple[str, ...]] = ("arch",)  # what ckpt["model"] must hold
 
     # ---- finding the family -------------------------------------------------------------
     @abc.abstractmethod
@@ -69,12 +88,17 @@ class ModelFamily(abc.ABC):
 
     # ---- data, recipe, metrics ----------------------------------------------------------
     @abc.abstractmethod
-    def data(self, cfg: Any, split: str) -> Iterable[Any]:
-        """Batches for ``split`` in ("train", "calib", "val")."""
+    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+        """The data of a stage: ``split`` "train" (training batches and validation) or
+        "calib" (calibration batches and validation); ``context`` holds what the stage
+        resolved (the data source, preprocessing, batch size, ...)."""
 
     @abc.abstractmethod
-    def recipe(self, cfg: Any) -> dict[str, Any]:
-        """Default QAT recipe: epochs, lr, optimizer, and the loss ("ce" | "distill")."""
+    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """The defaults of ``stage`` ("calibrate": the amax ``method``; "qat": epochs, lr,
+        optimizer ..., and the ``loss``, "ce" or "distill") for the options ``cfg`` leaves
+        None, given the input checkpoint ``source``."""
 
     @abc.abstractmethod
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
@@ -94,3 +118,26 @@ class ModelFamily(abc.ABC):
     def engine_hints(self) -> EngineHints:
         """Hints for engine builders; none by default."""
         return EngineHints()
+
+    # ---- stages -------------------------------------------------------------------------
+    # The library verbs (trtqat.train: train_fp32, calibrate, qat_finetune) find the family
+    # once and call these; a family without a stage says so in one line.
+    def run_train(self, cfg: Any) -> dict[str, Any]:
+        """``trtqat train``: FP32 training from ``cfg`` (a ``TrainConfig``)."""
+        raise UnsupportedStageError(f"{self.summary.split(':')[0]} are not trained by trtqat "
+                                    "train: start from a pretrained model with trtqat "
+                                    "calibrate --model NAME")
+
+    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+        """``trtqat calibrate``: PTQ from ``cfg`` (a ``CalibrateConfig``); ``source`` is the
+        loaded ``--checkpoint`` (None: start from ``cfg.model``)."""
+        raise UnsupportedStageError(f"{self.name} models cannot be calibrated")
+
+    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+        """``trtqat qat``: QAT from ``cfg`` (a ``QATConfig``) and the loaded calibrated
+        checkpoint ``source``."""
+        raise UnsupportedStageError(f"{self.name} models cannot be fine-tuned")
+
+    @abc.abstractmethod
+    def describe(self, stage: str, result: dict[str, Any]) -> str:
+        """The closing line of a stage's command: what the run reached, and its folder."""
