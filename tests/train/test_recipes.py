@@ -10,8 +10,8 @@ import pytest
 import torch
 import yaml
 
-from trtqat.quant.model_ops import quantizers
 from trtqat.families.cnn import CNNFamily
+from trtqat.quant.model_ops import quantizers
 from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
 from trtqat.train.fp32 import TrainConfig, train_fp32
 from trtqat.train.loop import NonFiniteLossError

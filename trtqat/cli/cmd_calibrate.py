@@ -7,26 +7,25 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli.validate import finite_float, positive_int, writable_dir
 
+SUMMARY = "PTQ: quantize an FP32 checkpoint and calibrate its ranges (amax)"
+DESCRIPTION = ("Load an FP32 checkpoint (or any float model: --model NAME|FILE.py:FACTORY "
+               "--weights FILE), insert quantizers, collect activation "
+               "histograms on --num-batches training batches (eval transforms), compute amax with "
+               "--method, evaluate, and save the calibrated checkpoint (stage 'ptq').")
+EPILOG = ("example:\n  trtqat calibrate --checkpoint runs/fp32/best.pt --method entropy "
+          "--out runs/ptq\n  trtqat calibrate --model my_net.py:make --weights my_net.pt "
+          "--data calib_images/ --image-size 224 --out runs/ptq\n  trtqat calibrate --model "
+          "minilm --data builtin --out runs/minilm/ptq"
+          "\n\nSentence encoders (--model minilm or a Hugging Face BERT-family folder, no "
+          "--checkpoint): PTQ on the\ncorpus' training split, embedding fidelity (mean cosine, "
+          "Spearman vs FP32) on its held-out split;\nthe FP32 reference checkpoint goes to the "
+          "sibling folder fp32/ (--fp32-out).\n\n" + O.EPILOG_DIST.format(cmd="calibrate")
+          + "\nStatistics are merged across processes: every rank holds the same amax.")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat calibrate`` to the command line."""
-    p = subparsers.add_parser(
-        "calibrate", help="PTQ: quantize an FP32 checkpoint and calibrate its ranges (amax)",
-        description=O.fill(
-            "Load an FP32 checkpoint (or any float model: --model NAME|FILE.py:FACTORY "
-            "--weights FILE), insert quantizers, collect activation "
-            "histograms on --num-batches training batches (eval transforms), compute amax with "
-            "--method, evaluate, and save the calibrated checkpoint (stage 'ptq')."),
-        epilog="example:\n  trtqat calibrate --checkpoint runs/fp32/best.pt --method entropy "
-        "--out runs/ptq\n  trtqat calibrate --model my_net.py:make --weights my_net.pt "
-        "--data calib_images/ --image-size 224 --out runs/ptq\n  trtqat calibrate --model "
-        "minilm --data builtin --out runs/minilm/ptq"
-        "\n\nSentence encoders (--model minilm or a Hugging Face BERT-family folder, no "
-        "--checkpoint): PTQ on the\ncorpus' training split, embedding fidelity (mean cosine, "
-        "Spearman vs FP32) on its held-out split;\nthe FP32 reference checkpoint goes to the "
-        "sibling folder fp32/ (--fp32-out).\n\n" + O.EPILOG_DIST.format(cmd="calibrate")
-        + "\nStatistics are merged across processes: every rank holds the same amax.",
-        formatter_class=O.formatter)
+    p = O.command(subparsers, "calibrate", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("calibration")
     O.add_checkpoint(g, help="FP32 checkpoint (a .pt from `trtqat train`, or its run folder); "
                      "required for CNNs, optional for encoders (--model)")

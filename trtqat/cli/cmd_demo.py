@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trtqat.cli import options as O
-from trtqat.cli.validate import (
-    finite_float,
-    int_list,
-    non_negative_int,
-    positive_int,
-    writable_dir,
-)
+from trtqat.cli import validate as V
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,21 +22,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "name, or path/to/file.py:factory")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
     O.add_image_size(p, 32, "input resolution: N (square) or HxW, at least 8")
-    p.add_argument("--epochs", type=positive_int, default=15, help="FP32 training epochs")
-    p.add_argument("--calib-batches", type=positive_int, default=8,
+    p.add_argument("--epochs", type=V.positive_int, default=15, help="FP32 training epochs")
+    p.add_argument("--calib-batches", type=V.positive_int, default=8,
                    help="batches per PTQ calibration")
-    p.add_argument("--runs", default="runs/demo", type=writable_dir,
+    p.add_argument("--runs", default="runs/demo", type=V.writable_dir,
                    help="folder of the training run folders")
-    p.add_argument("--export-dir", default="export", type=writable_dir,
+    p.add_argument("--export-dir", default="export", type=V.writable_dir,
                    help="where the ONNX variants go")
     O.add_out(p, "engines", "where engines and the report go", metavar=None)
     p.add_argument("--backend", default="ort", help="ort or tensorrt")
-    p.add_argument("--batch-sizes", type=int_list, default=(1, 32),
+    p.add_argument("--batch-sizes", type=V.int_list, default=(1, 32),
                    help="latency at the first, throughput at the last")
-    p.add_argument("--duration", type=finite_float(gt=0, unit="seconds"), default=1.0,
+    p.add_argument("--duration", type=V.finite_float(gt=0, unit="seconds"), default=1.0,
                    dest="duration_s",
                    help="seconds of measurement per variant and batch size")
-    p.add_argument("--threads", type=non_negative_int, default=None,
+    p.add_argument("--threads", type=V.non_negative_int, default=None,
                    help="ONNX Runtime intra-op threads")
     O.add_device(p, "where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
                  "(engines: --backend tensorrt on a GPU)")

@@ -7,24 +7,23 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli.validate import positive_int
 
+SUMMARY = "QAT: fine-tune a calibrated checkpoint with fake quantization"
+DESCRIPTION = ("Fine-tune a calibrated (PTQ) checkpoint with fake quantization in the "
+               "forward pass. Default recipe (TensorRT's guidance): ~10% of the FP32 run's epochs "
+               "(at least 1), starting at 1% of its learning rate, cosine-annealed per iteration "
+               "down to 1% of that. Every default can be overridden.")
+EPILOG = ("example:\n  trtqat qat --checkpoint runs/ptq/best.pt --out runs/qat\n"
+          "  trtqat qat --checkpoint runs/minilm/ptq/best.pt --out runs/minilm/qat\n\n"
+          "Encoder checkpoints (from `trtqat calibrate --model minilm`): self-distillation from "
+          "the FP32\nreference (cosine loss, AdamW, learned activation ranges); defaults: 3 "
+          "epochs over the corpus'\ntraining split (--max-steps N for a quicker run), --lr 1e-4 "
+          "cosine-annealed to 1%, --batch-size 32;\nfidelity on its held-out split.\n"
+          "--resume/--stop-after are CNN-only.\n\n" + O.EPILOG_DIST.format(cmd="qat"))
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat qat`` to the command line."""
-    p = subparsers.add_parser(
-        "qat", help="QAT: fine-tune a calibrated checkpoint with fake quantization",
-        description=O.fill(
-            "Fine-tune a calibrated (PTQ) checkpoint with fake quantization in the "
-            "forward pass. Default recipe (TensorRT's guidance): ~10% of the FP32 run's epochs "
-            "(at least 1), starting at 1% of its learning rate, cosine-annealed per iteration "
-            "down to 1% of that. Every default can be overridden."),
-        epilog="example:\n  trtqat qat --checkpoint runs/ptq/best.pt --out runs/qat\n"
-        "  trtqat qat --checkpoint runs/minilm/ptq/best.pt --out runs/minilm/qat\n\n"
-        "Encoder checkpoints (from `trtqat calibrate --model minilm`): self-distillation from "
-        "the FP32\nreference (cosine loss, AdamW, learned activation ranges); defaults: 3 "
-        "epochs over the corpus'\ntraining split (--max-steps N for a quicker run), --lr 1e-4 "
-        "cosine-annealed to 1%, --batch-size 32;\nfidelity on its held-out split.\n"
-        "--resume/--stop-after are CNN-only.\n\n" + O.EPILOG_DIST.format(cmd="qat"),
-        formatter_class=O.formatter)
+    p = O.command(subparsers, "qat", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("source")
     O.add_checkpoint(g, required=True, help="calibrated checkpoint (a .pt from `trtqat "
                      "calibrate`, or its run folder)")

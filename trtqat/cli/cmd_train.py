@@ -5,26 +5,22 @@ from __future__ import annotations
 import argparse
 
 from trtqat.cli import options as O
-from trtqat.cli.options import (  # noqa: F401 - re-exported for commands importing them here
-    config_from,
-    fill,
-    formatter,
-    image_size_arg,
-)
+
+# export, compare and sensitivity still import these helpers from here (they live in options)
+from trtqat.cli.options import config_from, fill, formatter, image_size_arg  # noqa: F401
 from trtqat.cli.validate import finite_float, int_range, positive_int
+
+SUMMARY = "FP32 training of a torchvision classification model"
+DESCRIPTION = ("Train a torchvision classification model in FP32 with SGD and a "
+               "per-iteration cosine schedule. Writes RUN_DIR/{args.yaml,metrics.jsonl,last.pt,"
+               "best.pt}.")
+EPILOG = ("example:\n  trtqat train --model resnet18 --data digits --image-size 32 "
+          "--epochs 15 --out runs/fp32\n\n" + O.EPILOG_DIST.format(cmd="train"))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat train`` to the command line."""
-    p = subparsers.add_parser(
-        "train", help="FP32 training of a torchvision classification model",
-        description=O.fill(
-            "Train a torchvision classification model in FP32 with SGD and a "
-            "per-iteration cosine schedule. Writes RUN_DIR/{args.yaml,metrics.jsonl,last.pt,"
-            "best.pt}."),
-        epilog="example:\n  trtqat train --model resnet18 --data digits --image-size 32 "
-        "--epochs 15 --out runs/fp32\n\n" + O.EPILOG_DIST.format(cmd="train"),
-        formatter_class=O.formatter)
+    p = O.command(subparsers, "train", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("model")
     O.add_model(g, "resnet18", "torchvision classification model name (resnet18, "
                 "mobilenet_v2, ...), a timm name (resnet50.a1_in1k; needs timm), or "

@@ -222,6 +222,15 @@ def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
                    help="label smoothing of the cross-entropy loss")
 
 
+# --------------------------------------------------------------------------- commands
+def command(subparsers: argparse._SubParsersAction, name: str, summary: str,
+            description: str, epilog: str) -> argparse.ArgumentParser:
+    """The parser of ``trtqat NAME`` with the shared help layout: ``summary`` in the command
+    list, ``description`` wrapped, ``epilog`` as written, defaults shown."""
+    return subparsers.add_parser(name, help=summary, description=fill(description),
+                                 epilog=epilog, formatter_class=formatter)
+
+
 # --------------------------------------------------------------------------- running
 def config_from(cls: type, args: argparse.Namespace) -> Any:
     """Build the run config ``cls`` from the parsed options of the same names."""
