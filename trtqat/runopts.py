@@ -92,8 +92,3 @@ class RunOptions(AccelOptions):
         if hasattr(self, "skip_layers"):
             self.skip_layers = tuple(self.skip_layers or ())
         check_amp(self)
-
-    def given(self) -> dict[str, Any]:
-        """The fields set to something other than None (what a caller chose)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}

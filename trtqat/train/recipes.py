@@ -36,8 +36,8 @@ RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "devi
 
 @dataclasses.dataclass
 class ImageOptions:
-    """Model and data options of the image-classifier recipes (None: the stage's default,
-    or what the previous stage recorded)."""
+    """Model and data options of the stage configs (None: the family's default, or what the
+    previous stage recorded). Encoders read ``model``, ``data`` and ``batch_size``."""
 
     model: str | None = None
     data: str | None = None
