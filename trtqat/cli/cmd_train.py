@@ -7,7 +7,7 @@ import argparse
 from trtqat.cli import options as O
 
 # export, compare and sensitivity still import these helpers from here (they live in options)
-from trtqat.cli.options import config_from, fill, formatter, image_size_arg  # noqa: F401
+from trtqat.cli.options import config_from, csv, fill, formatter, image_size_arg  # noqa: F401
 from trtqat.cli.validate import finite_float, int_range, positive_int
 
 SUMMARY = "FP32 training of a torchvision classification model"
