@@ -5,7 +5,8 @@ image classifiers and sentence encoders alike; its ``__post_init__`` holds the c
 share. The speed options (``--amp``, ``--channels-last``, ``--compile``) are the
 :class:`AccelOptions` part; :class:`trtqat.train.accel.Accel` applies them.
 
-This module imports nothing of trtqat but its errors, so every package may use it.
+This module imports nothing of trtqat but its errors (and no torch), so every package, and
+the command-line parser, may use it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from typing import Any
 from trtqat.errors import TrtqatError
 
 AMP_CHOICES = ("bf16", "fp16")
+OPTIMIZERS = ("sgd", "adamw")
+# Defaults of `trtqat train` (fields of the shared option bases whose None means "default");
+# here, free of torch, so that the command-line parser can show them.
+FP32_DEFAULTS: dict[str, Any] = {
+    "model": "resnet18", "data": "digits", "image_size": 32, "batch_size": 32, "epochs": 15,
+    "lr": 0.05, "min_lr": 0.0, "momentum": 0.9, "weight_decay": 5e-4, "opt": "sgd",
+    "label_smoothing": 0.0}
 
 
 class ConfigError(TrtqatError, ValueError):

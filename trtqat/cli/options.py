@@ -198,8 +198,7 @@ def add_accel_args(p: argparse.ArgumentParser) -> None:
 
 def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
     """--lr, --min-lr, --momentum, --weight-decay, --opt, --label-smoothing."""
-    from trtqat.train.fp32 import FP32_DEFAULTS
-    from trtqat.train.recipes import OPTIMIZERS
+    from trtqat.runopts import FP32_DEFAULTS, OPTIMIZERS
 
     def default(name: str) -> Any:
         return None if inherit else FP32_DEFAULTS[name]

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from trtqat.runopts import RunOptions
+from trtqat.runopts import FP32_DEFAULTS, RunOptions
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
 from trtqat.train.data_sources import preprocess_of
@@ -18,13 +18,6 @@ from trtqat.train.model_source import load_weights
 from trtqat.train.run_dir import RunDir
 
 log = logging.getLogger(__name__)
-
-
-# Defaults of `trtqat train` (fields of the shared option bases whose None means "default").
-FP32_DEFAULTS: dict[str, Any] = {
-    "model": "resnet18", "data": "digits", "image_size": 32, "batch_size": 32, "epochs": 15,
-    "lr": 0.05, "min_lr": 0.0, "momentum": 0.9, "weight_decay": 5e-4, "opt": "sgd",
-    "label_smoothing": 0.0}
 
 
 @dataclass

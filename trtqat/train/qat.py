@@ -18,12 +18,11 @@ from torch import nn
 
 from trtqat.errors import QuantizerStateError
 from trtqat.quant.model_ops import disable_layers, quantizers
-from trtqat.runopts import RunOptions
+from trtqat.runopts import FP32_DEFAULTS, RunOptions
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
 from trtqat.train.checkpoint import CheckpointError
 from trtqat.train.data_sources import preprocess_of
-from trtqat.train.fp32 import FP32_DEFAULTS
 from trtqat.train.health import kept_message
 from trtqat.train.loop import NonFiniteLossError, evaluate, fit
 from trtqat.train.run_dir import RunDir
@@ -71,7 +70,7 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
 
 def classifier_recipe(cfg: QATConfig, train_args: dict[str, Any]) -> dict[str, Any]:
     """Every schedule option of an image classifier's QAT, filled in from the FP32 run's
-    ``train_args`` (then :data:`~trtqat.train.fp32.FP32_DEFAULTS`); the loss is "ce"."""
+    ``train_args`` (then :data:`~trtqat.runopts.FP32_DEFAULTS`); the loss is "ce"."""
     fp32 = {k: train_args.get(k, FP32_DEFAULTS[k]) for k in
             ("epochs", "lr", "momentum", "weight_decay", "opt", "label_smoothing", "data",
              "image_size", "batch_size")}

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from trtqat.finite import check_finite_arrays
-from trtqat.runopts import ConfigError, check_positive, flag
+from trtqat.runopts import OPTIMIZERS, ConfigError, check_positive, flag
 from trtqat.train import accel
 from trtqat.train import distributed as D
 from trtqat.train.checkpoint import CheckpointError, load_checkpoint
@@ -28,7 +28,6 @@ from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
-OPTIMIZERS = ("sgd", "adamw")
 # Options that may change between a run and its --resume without changing the result.
 RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
                "strict", "world_size", "compile", "channels_last"}
