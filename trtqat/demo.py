@@ -3,6 +3,8 @@
 FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model -> export of every
 variant -> engines -> benchmark -> report. Stages whose results exist are reused. Training,
 calibration and QAT run on ``device``; export runs on the CPU and the engines on ``backend``.
+The model's family (``trtqat.families.of_model``) is found once and runs every training
+stage, so any image-classifier family works (CNNs, Vision Transformers).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class DemoConfig:
 
     model: str = "resnet18"
     data: str = "digits"
-    image_size: int = 32
+    image_size: int | tuple[int, int] = 32
     epochs: int = 15
     calib_batches: int = 8
     qat_epochs: int | None = None
@@ -43,7 +45,9 @@ class DemoConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.calib_batches < 1 or self.image_size < 8:
+        from trtqat.train.data_sources import hw
+
+        if self.epochs < 1 or self.calib_batches < 1 or min(hw(self.image_size)) < 8:
             raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
 
 
@@ -65,40 +69,48 @@ def _fp32_complete(run: Path, epochs: int) -> bool:
 
 def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) the demo pipeline; returns the comparison report."""
+    from trtqat import families
+    from trtqat.train.checkpoint import load_checkpoint
+    from trtqat.train.data_sources import size_text
     from trtqat.train.distributed import pick_device
-    from trtqat.train.fp32 import TrainConfig, train_fp32
-    from trtqat.train.ptq import CalibrateConfig, calibrate
-    from trtqat.train.qat import QATConfig, qat_finetune
+    from trtqat.train.fp32 import TrainConfig
+    from trtqat.train.ptq import CalibrateConfig
+    from trtqat.train.qat import QATConfig
 
+    family = families.of_model(cfg.model)
+    if family.task != "classification":
+        raise TrtqatError(f"--model {cfg.model} is one of the {family.summary.split(':')[0]}: "
+                          "the demo trains image classifiers (e.g. --model resnet18)")
     pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
     t_start = time.perf_counter()
     root = Path(cfg.runs)
     fp32 = root / "fp32"
     common = {"progress": cfg.progress, "device": cfg.device}  # the training stages' device
 
-    echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {cfg.image_size}x{cfg.image_size}, "
+    echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {size_text(cfg.image_size)}, "
          f"{cfg.epochs} epochs -> {fp32}")
     if not cfg.fresh and _fp32_complete(fp32, cfg.epochs):
         echo("      reusing the finished run (--fresh to redo)")
     else:
         resume = not cfg.fresh and (fp32 / "last.pt").is_file()
-        train_fp32(TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
-                               epochs=cfg.epochs, out=str(fp32), resume=resume, overwrite=not resume, **common))
+        family.run_train(TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
+                                     epochs=cfg.epochs, out=str(fp32), resume=resume,
+                                     overwrite=not resume, **common))
 
     echo(f"[2/4] PTQ: {len(CALIBRATORS)} calibrators on {cfg.calib_batches} batches each")
     ptq_results: dict[Path, float] = {}
+    source = load_checkpoint(fp32 / "best.pt")
     for method, pct in CALIBRATORS:
         out = _stage_dir(root, method, pct)
         label = f"{method} {pct:g}" if pct is not None else method
         if not cfg.fresh and _done(out):
-            from trtqat.train.checkpoint import load_checkpoint
-
             ptq_results[out] = float(load_checkpoint(out / "best.pt").get("best_top1", -1))
             echo(f"      {label}: reusing {out} (top-1 {ptq_results[out]:.2f}%)")
             continue
-        res = calibrate(CalibrateConfig(checkpoint=str(fp32 / "best.pt"), out=str(out),
-                                        method=method, percentile=pct or 99.99,
-                                        num_batches=cfg.calib_batches, overwrite=True, **common))
+        res = family.run_calibrate(CalibrateConfig(
+            checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
+            percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True, **common),
+            source)
         ptq_results[out] = float(res["best_top1"])
         echo(f"      {label}: top-1 {ptq_results[out]:.2f}%")
 
@@ -108,8 +120,9 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, 
     if not cfg.fresh and _done(qat):
         echo("      reusing the finished run (--fresh to redo)")
     else:
-        qat_finetune(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
-                               epochs=cfg.qat_epochs, overwrite=True, **common))
+        family.run_qat(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
+                                 epochs=cfg.qat_epochs, overwrite=True, **common),
+                       load_checkpoint(best_ptq / "best.pt"))
 
     echo(f"[4/4] export every variant to {cfg.export_dir}/, build {cfg.backend} engines, "
          f"benchmark and compare -> {cfg.out}/")

@@ -37,13 +37,10 @@ def _sentences(path: Path, n: int = 60) -> Path:
 
 @pytest.fixture(scope="module")
 def run_root(tmp_path_factory) -> Path:
-    """fp32/, ptq-max/ and qat/ runs of the tiny encoder (through the library verbs)."""
-    from trtqat.transformers.runs import (
-        EncoderCalibrateConfig,
-        EncoderQATRunConfig,
-        calibrate_encoder_run,
-        qat_encoder_run,
-    )
+    """fp32/, ptq-max/ and qat/ runs of the tiny encoder (through the library verbs, which
+    route the encoder to its family)."""
+    from trtqat.train.ptq import CalibrateConfig, calibrate
+    from trtqat.train.qat import QATConfig, qat_finetune
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -52,12 +49,12 @@ def run_root(tmp_path_factory) -> Path:
     text = _sentences(base / "sentences.txt")
     root = base / "runs"
     try:
-        calibrate_encoder_run(EncoderCalibrateConfig(
+        calibrate(CalibrateConfig(
             model=str(model), data=str(text), method="max", num_sentences=16, max_length=24,
             batch_size=8, out=str(root / "ptq-max"), progress=False))
-        qat_encoder_run(EncoderQATRunConfig(checkpoint=str(root / "ptq-max" / "best.pt"),
-                                            out=str(root / "qat"), max_steps=2, batch_size=8,
-                                            progress=False))
+        qat_finetune(QATConfig(checkpoint=str(root / "ptq-max" / "best.pt"),
+                               out=str(root / "qat"), max_steps=2, batch_size=8,
+                               progress=False))
     finally:
         torch.set_num_threads(n)
     return root

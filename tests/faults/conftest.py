@@ -19,12 +19,14 @@ def _one_thread(one_thread):
 
 @pytest.fixture
 def tiny(monkeypatch):
-    """``trtqat train`` builds the tiny model (tests/faults/tiny.py) instead of resnet18."""
+    """``trtqat train`` builds the tiny model (tests/faults/tiny.py) instead of resnet18
+    (image classifiers are built by their family: ``CNNFamily.build``)."""
     from tiny import tiny_model
 
-    import trtqat.train.fp32 as fp32
+    from trtqat.families.cnn import CNNFamily
 
-    monkeypatch.setattr(fp32, "build_model", tiny_model)
+    monkeypatch.setattr(CNNFamily, "build", lambda self, name, num_classes=None, **_:
+                        tiny_model(name, num_classes))
 
 
 @pytest.fixture

@@ -51,10 +51,10 @@ def main() -> int:
         return 0
     from tiny import tiny_model
 
-    import trtqat.train.fp32 as fp32
     from trtqat.cli import main as trtqat_main
+    from trtqat.families.cnn import CNNFamily
 
-    fp32.build_model = tiny_model
+    CNNFamily.build = lambda self, name, num_classes=None, **_: tiny_model(name, num_classes)
     return trtqat_main(argv)
 
 

@@ -98,9 +98,9 @@ def test_nan_stop_keeps_and_names_the_last_finite_checkpoint(tmp_path, capsys, m
     import torch
     from tiny import tiny_model
 
-    import trtqat.train.fp32 as fp32
+    from trtqat.families.cnn import CNNFamily
 
-    def poisoned(name, num_classes, quantized=False):
+    def poisoned(self, name, num_classes=None, **_):
         model = tiny_model(name, num_classes)
         steps = {"n": 0}
 
@@ -111,7 +111,7 @@ def test_nan_stop_keeps_and_names_the_last_finite_checkpoint(tmp_path, capsys, m
         model[1].register_forward_pre_hook(hook)
         return model
 
-    monkeypatch.setattr(fp32, "build_model", poisoned)
+    monkeypatch.setattr(CNNFamily, "build", poisoned)
     out = tmp_path / "run"
     rc, err = run_cli(capsys, train_argv(out, epochs=3))
     line = one_error_line(rc, err, "not finite after epoch 2 ('1.running_var' holds 4 of 4")

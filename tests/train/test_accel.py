@@ -197,17 +197,19 @@ def test_device_cuda_without_a_gpu_is_one_line_everywhere(fp32_run, ptq_run, tmp
 
 def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
     from trtqat import demo
-    from trtqat.train import fp32, ptq, qat
+    from trtqat.families.cnn import CNNFamily
+    from trtqat.train import checkpoint
 
     seen = []
 
-    def stage(result):
-        return lambda cfg: seen.append((type(cfg).__name__, cfg.device)) or result
+    def stage(result):  # the demo finds the family once and calls its stage hooks
+        return lambda self, cfg, *src: seen.append((type(cfg).__name__, cfg.device)) or result
 
     monkeypatch.setattr(D, "pick_device", lambda name, local_rank=0: torch.device("cpu"))
-    monkeypatch.setattr(fp32, "train_fp32", stage({}))
-    monkeypatch.setattr(ptq, "calibrate", stage({"best_top1": 50.0}))
-    monkeypatch.setattr(qat, "qat_finetune", stage({}))
+    monkeypatch.setattr(CNNFamily, "run_train", stage({}))
+    monkeypatch.setattr(CNNFamily, "run_calibrate", stage({"best_top1": 50.0}))
+    monkeypatch.setattr(CNNFamily, "run_qat", stage({}))
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {})
     monkeypatch.setattr(demo, "compare", lambda cfg, echo: {"variants": []})
     demo.run_demo(demo.DemoConfig(device="cuda", runs=str(tmp_path)), echo=lambda s: None)
     assert [name for name, _ in seen] == (["TrainConfig"] + ["CalibrateConfig"] * 5

@@ -10,8 +10,8 @@ import pytest
 import torch
 import yaml
 
+from trtqat.families.cnn import CNNFamily
 from trtqat.quant.model_ops import quantizers
-from trtqat.train import fp32 as fp32_module
 from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
 from trtqat.train.fp32 import TrainConfig, train_fp32
 from trtqat.train.loop import NonFiniteLossError
@@ -84,8 +84,8 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, mon
                                                                    fp32_opts):
     calls = {"n": 0}
 
-    def poisoned(name, num_classes, quantized=False):
-        model = build_model(name, num_classes, quantized)
+    def poisoned(self, name, num_classes=None, **_):
+        model = build_model(name, num_classes)
 
         def hook(module, inputs, output):
             if module.training:
@@ -97,7 +97,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, mon
         model.fc.register_forward_hook(hook)
         return model
 
-    monkeypatch.setattr(fp32_module, "build_model", poisoned)
+    monkeypatch.setattr(CNNFamily, "build", poisoned)  # the family builds every model
     out = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match="nan.*epoch 2.*last finite checkpoint is kept: .*last.pt"):
         train_fp32(TrainConfig(out=str(out), **fp32_opts))

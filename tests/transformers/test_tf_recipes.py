@@ -98,9 +98,9 @@ def test_collect_needs_sentences(tiny):
 
 
 @pytest.mark.parametrize("cls,kwargs,match", [
-    (EncoderCalibConfig, {"method": "kl"}, "unknown method"),
+    (EncoderCalibConfig, {"method": "kl"}, "unknown --method"),  # trtqat calibrate's config
     (EncoderCalibConfig, {"percentile": 0}, "percentile"),
-    (EncoderCalibConfig, {"batch_size": 0}, "batch_size"),
+    (EncoderCalibConfig, {"batch_size": 0}, "--batch-size"),
     (EncoderQATConfig, {"loss": "l1"}, "unknown loss"),
     (EncoderQATConfig, {"lr": -1.0}, "lr"),
     (EncoderQATConfig, {"warmup_ratio": 1.0}, "warmup_ratio"),

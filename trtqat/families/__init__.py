@@ -11,7 +11,13 @@ from functools import cache
 from typing import Any
 
 from trtqat.errors import TrtqatError
-from trtqat.families.base import EngineHints, ExportInputs, ModelFamily
+from trtqat.families.base import (
+    EngineHints,
+    ExportInputs,
+    ModelFamily,
+    StageData,
+    UnsupportedStageError,
+)
 from trtqat.families.registry import FAMILIES
 
 
@@ -55,5 +61,26 @@ def of_checkpoint(ckpt: dict[str, Any]) -> ModelFamily:
     return get("cnn")
 
 
-__all__ = ["EngineHints", "ExportInputs", "ModelFamily", "UnknownFamilyError", "all_families",
-           "get", "names", "of_checkpoint", "of_model"]
+def of_source(checkpoint: str | None, model: str | None = None
+              ) -> tuple[ModelFamily, dict[str, Any] | None]:
+    """The family of a stage's input and the loaded checkpoint: ``--checkpoint`` when given
+    (its tag), else ``--model`` (no checkpoint: None)."""
+    if checkpoint:
+        from trtqat.train.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(checkpoint)
+        return of_checkpoint(ckpt), ckpt
+    return of_model(model or ""), None
+
+
+def summarized(family: ModelFamily, stage: str, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with ``"summary"``: the family's closing line of ``stage`` (for calibrate,
+    labelled with the amax method the run used)."""
+    method = (result.get("last") or {}).get("method")
+    label = f"{stage} ({method})" if stage == "calibrate" and method else stage
+    return {**result, "summary": family.describe(label, result)}
+
+
+__all__ = ["EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
+           "UnsupportedStageError", "all_families", "get", "names", "of_checkpoint", "of_model",
+           "of_source", "summarized"]

@@ -8,11 +8,13 @@ nothing outside ``trtqat/families/`` tests a family name.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from torch import nn
+
+from trtqat.errors import TrtqatError
 
 
 @dataclass
@@ -23,6 +25,22 @@ class ExportInputs:
     input_names: list[str]
     output_names: list[str]
     dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+
+
+@dataclass
+class StageData:
+    """What :meth:`ModelFamily.data` gives a stage: ``train`` (training or calibration
+    batches; sentences for encoders), ``val`` (held-out data, None when the data has no
+    labels) and what the data says about itself (``classes``, ``info``)."""
+
+    train: Any
+    val: Any | None = None
+    classes: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class UnsupportedStageError(TrtqatError, ValueError):
+    """A stage this model family does not have (e.g. ``trtqat train`` of an encoder)."""
 
 
 @dataclass
@@ -43,6 +61,7 @@ class ModelFamily(abc.ABC):
     checkpoint_tag: ClassVar[str | None] = None  # ckpt["model"]["family"]; None: the name
     task: ClassVar[str]            # "classification" (labels, top-1) | "embedding" (cosine)
     summary: ClassVar[str]         # one line for --help
+    spec_keys: ClassVar[tuple[str, ...]] = ("arch",)  # what ckpt["model"] must hold
 
     # ---- finding the family -------------------------------------------------------------
     @abc.abstractmethod
@@ -69,12 +88,17 @@ class ModelFamily(abc.ABC):
 
     # ---- data, recipe, metrics ----------------------------------------------------------
     @abc.abstractmethod
-    def data(self, cfg: Any, split: str) -> Iterable[Any]:
-        """Batches for ``split`` in ("train", "calib", "val")."""
+    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+        """The data of a stage: ``split`` "train" (training batches and validation) or
+        "calib" (calibration batches and validation); ``context`` holds what the stage
+        resolved (the data source, preprocessing, batch size, ...)."""
 
     @abc.abstractmethod
-    def recipe(self, cfg: Any) -> dict[str, Any]:
-        """Default QAT recipe: epochs, lr, optimizer, and the loss ("ce" | "distill")."""
+    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """The defaults of ``stage`` ("calibrate": the amax ``method``; "qat": epochs, lr,
+        optimizer ..., and the ``loss``, "ce" or "distill") for the options ``cfg`` leaves
+        None, given the input checkpoint ``source``."""
 
     @abc.abstractmethod
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
@@ -96,18 +120,41 @@ class ModelFamily(abc.ABC):
         """Hints for engine builders; none by default."""
         return EngineHints()
 
-    # ==== stage adapters: export, compare, sensitivity (issue 18, part B) =================
+    # ---- stage adapters: export, compare, sensitivity ---------------------------------
     # Image families inherit the CNN's; each returns what the stage's own module defines.
     def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
         """How ``trtqat export`` exports this family's checkpoint with ``options``
         (``trtqat.train.export_run.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
-        raise NotImplementedError(f"the {self.name} family has no ONNX export")
+        raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
 
     def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
         """What ``trtqat compare`` measures every variant on (``trtqat.compare.data.EvalData``)."""
-        raise NotImplementedError(f"the {self.name} family has no compare data")
+        raise UnsupportedStageError(f"the {self.name} family has no compare data")
 
     def sensitivity_data(self, ckpt: dict[str, Any], cfg: Any, device: Any) -> tuple[list, dict]:
         """``(batches of (inputs, targets), info)`` that ``trtqat sensitivity`` scores."""
-        raise NotImplementedError(f"`trtqat sensitivity` does not analyse {self.name} models "
+        raise UnsupportedStageError(f"`trtqat sensitivity` does not analyse {self.name} models "
                                   "yet: pass the best.pt of a CNN calibrate/qat run")
+
+    # ---- stages -------------------------------------------------------------------------
+    # The library verbs (trtqat.train: train_fp32, calibrate, qat_finetune) find the family
+    # once and call these; a family without a stage says so in one line.
+    def run_train(self, cfg: Any) -> dict[str, Any]:
+        """``trtqat train``: FP32 training from ``cfg`` (a ``TrainConfig``)."""
+        raise UnsupportedStageError(f"{self.summary.split(':')[0]} are not trained by trtqat "
+                                    "train: start from a pretrained model with trtqat "
+                                    "calibrate --model NAME")
+
+    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+        """``trtqat calibrate``: PTQ from ``cfg`` (a ``CalibrateConfig``); ``source`` is the
+        loaded ``--checkpoint`` (None: start from ``cfg.model``)."""
+        raise UnsupportedStageError(f"{self.name} models cannot be calibrated")
+
+    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+        """``trtqat qat``: QAT from ``cfg`` (a ``QATConfig``) and the loaded calibrated
+        checkpoint ``source``."""
+        raise UnsupportedStageError(f"{self.name} models cannot be fine-tuned")
+
+    @abc.abstractmethod
+    def describe(self, stage: str, result: dict[str, Any]) -> str:
+        """The closing line of a stage's command: what the run reached, and its folder."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from torch import nn
 
-from trtqat.families.base import ExportInputs, ModelFamily
+from trtqat.families.base import ExportInputs, ModelFamily, StageData
 
 
 class CNNFamily(ModelFamily):
@@ -26,36 +26,132 @@ class CNNFamily(ModelFamily):
         """Checkpoints without a family tag (every CNN checkpoint ever written) or tagged cnn."""
         return (ckpt.get("model") or {}).get("family") in (None, self.name)
 
+    spec_keys = ("arch", "num_classes")
+
+    # ---- models: every stage builds, loads and quantizes through these ------------------
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
         """A float model from a torchvision/timm name or ``file.py:factory``."""
         from trtqat.train.model_source import build
 
         return build(model, num_classes)
 
-    def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
-        """The model of a CNN checkpoint, with its weights."""
-        from trtqat.train.checkpoint import build_from_checkpoint
+    def arch(self, model: str) -> str:
+        """The short, file-name-safe name a checkpoint records for ``--model``."""
+        from trtqat.train.model_source import arch_name
 
-        return build_from_checkpoint(ckpt, quantized)
+        return arch_name(model)
+
+    def origin(self, model: str) -> dict[str, Any]:
+        """Where ``--model`` comes from (checkpoint ``model.source``: enough to rebuild it)."""
+        from trtqat.train.model_source import describe
+
+        return describe(model)
+
+    def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
+        """The model of a checkpoint, with its weights: ``self.build``, then ``self.quantize``
+        when quantized (``quantized=True`` on an FP32 checkpoint: the start of PTQ)."""
+        from trtqat.train.checkpoint import CheckpointError
+        from trtqat.train.model_source import (
+            ModelSourceError,
+            fit_state_dict,
+            is_quantizer_key,
+            source_of,
+        )
+
+        spec = ckpt["model"]
+        quantized = bool(spec.get("quantized")) if quantized is None else quantized
+        model = self.build(source_of(spec), int(spec["num_classes"]))
+        if quantized:
+            self.quantize(model, tuple(spec.get("skip_layers") or ()))
+        state = ckpt["state_dict"]
+        if not quantized:
+            state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
+        try:
+            fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
+                           f"{spec['num_classes']} classes")
+        except (ModelSourceError, RuntimeError) as exc:
+            raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
+                                  "architecture") from None
+        return model
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
-        """Quant* layers in place (activations histogram-calibrated); ``skip_layers`` float."""
+        """Quant* layers in place (activations histogram-calibrated), a quantizer on the
+        identity input of torchvision residual blocks; ``skip_layers`` stay float."""
         from trtqat.quant.model_ops import QuantConfig, disable_layers, quantize
-        from trtqat.train.models import QUANT_DESC_INPUT
+        from trtqat.train.models import QUANT_DESC_INPUT, add_residual_quantizers
 
+        add_residual_quantizers(model, QUANT_DESC_INPUT)
         quantize(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
         if skip_layers:
             disable_layers(model, tuple(skip_layers))
         return model
 
-    # The hooks below are filled in by the family restructuring (issue 18).
-    def data(self, cfg: Any, split: str) -> Iterable[Any]:
-        raise NotImplementedError
+    # ---- data and recipe ----------------------------------------------------------------
+    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+        """Image batches. ``context``: ``data`` (digits, synthetic, a folder, an array),
+        ``prep`` (Preprocess), ``batch_size``, ``num_classes``, ``distributed``.
 
-    def recipe(self, cfg: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        "train": shuffled, augmented training batches and the validation loader; "calib":
+        calibration batches (eval transforms; a flat folder or an array works too) and the
+        validation loader when the data has labels. ``info["prep"]``: the preprocessing (an
+        array sets its own size).
+        """
+        from trtqat.train.data import make_loader, make_loaders
+        from trtqat.train.data_sources import calibration_datasets
 
-    # ---- export, compare, sensitivity (issue 18, part B) -----------------------------
+        prep, batch = context["prep"], context["batch_size"]
+        common = {"workers": cfg.workers, "seed": cfg.seed,
+                  "distributed": context.get("distributed", False)}
+        if split == "train":
+            train, val, classes = make_loaders(
+                context["data"], prep.image_size, batch, num_classes=context.get("num_classes"),
+                strict=cfg.strict, prep=prep, **common)
+            return StageData(train, val, classes, {"prep": prep})
+        if split != "calib":
+            raise ValueError(f"unknown split {split!r}: use train or calib")
+        train_ds, val_ds, classes, prep = calibration_datasets(
+            context["data"], prep, cfg.seed, num_classes=context.get("num_classes"),
+            strict=cfg.strict)
+        val = None if val_ds is None else make_loader(val_ds, batch, train=False, **common)
+        return StageData(make_loader(train_ds, batch, train=True, **common), val, classes,
+                         {"prep": prep})
+
+    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """calibrate: entropy; qat: TensorRT's guidance from the FP32 run the checkpoint
+        records (10% of its epochs, 1% of its lr, cosine to 1% of that), cross-entropy."""
+        if stage == "calibrate":
+            return {"method": "entropy"}
+        from trtqat.train.qat import classifier_recipe
+
+        return classifier_recipe(cfg, dict((source or {}).get("train_args") or {}))
+
+    # ---- stages -------------------------------------------------------------------------
+    def run_train(self, cfg: Any) -> dict[str, Any]:
+        """FP32 training (``trtqat.train.fp32``) of ``self.build(cfg.model)``."""
+        from trtqat.train.fp32 import train_classifier
+
+        return train_classifier(cfg, self)
+
+    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+        """PTQ (``trtqat.train.ptq``) of the checkpoint, or of the float ``cfg.model``."""
+        from trtqat.train.ptq import calibrate_classifier
+
+        return calibrate_classifier(cfg, self, source)
+
+    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+        """QAT (``trtqat.train.qat``) of the calibrated checkpoint, with cross-entropy."""
+        from trtqat.train.qat import finetune_classifier
+
+        return finetune_classifier(cfg, self, source)
+
+    def describe(self, stage: str, result: dict[str, Any]) -> str:
+        """``STAGE: best val top-1 X%; run folder OUT``."""
+        best = result.get("best_top1")
+        text = f"{stage}: best val top-1 {best:.2f}%" if best is not None and best >= 0 else stage
+        return f"{text}; run folder {result['out']}"
+
+    # ---- export, compare, sensitivity ---------------------------------------------------
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
         """Top-1 (and top-5 with more than 5 classes) in percent: logits vs labels."""
         logits = np.asarray(outputs, dtype=np.float32)

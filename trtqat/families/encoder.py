@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from trtqat.families.base import ExportInputs, ModelFamily
+from trtqat.families.base import ExportInputs, ModelFamily, StageData
 
 
 class EncoderFamily(ModelFamily):
@@ -45,14 +45,46 @@ class EncoderFamily(ModelFamily):
 
         return quantize_transformer(model, skip_layers=tuple(skip_layers))
 
-    # The hooks below are filled in by the family restructuring (issue 18).
-    def data(self, cfg: Any, split: str) -> Iterable[Any]:
-        raise NotImplementedError
+    # ---- data and recipe ----------------------------------------------------------------
+    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+        """Sentences of ``context["data"]`` (``builtin`` or a text file, one a line): the
+        training split (calibration or distillation) and the held-out one (fidelity). The
+        split is the same in every stage. ``info``: ``corpus`` and the checked ``data``."""
+        from trtqat.transformers.runs import corpus_of
 
-    def recipe(self, cfg: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        data, corpus = corpus_of(context.get("data"))
+        return StageData(corpus.train, corpus.heldout, None, {"corpus": corpus, "data": data})
 
-    # ---- export, compare, sensitivity (issue 18, part B) -----------------------------
+    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """calibrate: mse, 32 sentences a batch, 128 tokens; qat: self-distillation
+        ("distill") from the FP32 teacher, AdamW, 3 epochs at 1e-4 (cosine to 1%)."""
+        from trtqat.transformers.runs import calibrate_recipe, qat_recipe
+
+        if stage == "calibrate":
+            return calibrate_recipe(cfg)
+        return qat_recipe(cfg, source or {"model": {}})
+
+    # ---- stages -------------------------------------------------------------------------
+    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+        """PTQ on the corpus; also writes the FP32 reference run beside ``cfg.out``."""
+        from trtqat.transformers.runs import calibrate_encoder_run
+
+        return calibrate_encoder_run(cfg, self, source)
+
+    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+        """QAT by self-distillation from the FP32 reference of the calibration."""
+        from trtqat.transformers.runs import qat_encoder_run
+
+        return qat_encoder_run(cfg, self, source)
+
+    def describe(self, stage: str, result: dict[str, Any]) -> str:
+        """``STAGE: held-out mean cosine vs FP32 ..., Spearman ...; run folder OUT``."""
+        from trtqat.transformers.runs import describe
+
+        return describe(stage, result)
+
+    # ---- export, compare, sensitivity ---------------------------------------------------
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
         """Embedding fidelity against the FP32 embeddings ``targets``: mean and min cosine,
         Spearman of the pairwise similarities, sentence count."""

@@ -20,7 +20,6 @@ evaluation forward only.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import shutil
 import sys
@@ -30,40 +29,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from trtqat.errors import TrtqatError
+from trtqat.runopts import AMP_CHOICES, AccelError, AccelOptions  # noqa: F401 - re-exported
+from trtqat.runopts import check_amp as check_amp_choice
 
 log = logging.getLogger(__name__)
 
-AMP_CHOICES = ("bf16", "fp16")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 COMPILED_PREFIX = "_orig_mod"  # what torch.compile's OptimizedModule puts before every key
 COMPILE_BACKEND = "inductor"  # tests use "eager" to trace with dynamo without codegen
 OPTION_NAMES = ("amp", "channels_last", "compile")
-
-
-class AccelError(TrtqatError, RuntimeError):
-    """A speed option cannot be used here (--amp fp16 on a CPU, no compiler, ...)."""
-
-
-@dataclasses.dataclass
-class AccelOptions:
-    """``--amp bf16|fp16``, ``--channels-last`` and ``--compile`` (a base of the run configs).
-
-    ``amp=None`` runs float32; ``channels_last`` stores conv weights and image batches
-    NHWC; ``compile`` runs the model through ``torch.compile`` (inductor).
-    """
-
-    amp: str | None = None
-    channels_last: bool = False
-    compile: bool = False
-
-
-def check_options(cfg: Any) -> None:
-    """Refuse an unknown ``--amp`` value (device-independent checks only)."""
-    amp = getattr(cfg, "amp", None)
-    if amp is not None and amp not in AMP_CHOICES:
-        raise AccelError(f"unknown --amp {amp!r}: use {' or '.join(AMP_CHOICES)} "
-                         "(or leave it out for float32)")
+check_options = check_amp_choice  # refuse an unknown --amp value (device-independent)
 
 
 def check_amp(amp: str | None, device: torch.device) -> None:
@@ -136,7 +111,7 @@ class Accel:
 
         ``images=False`` (encoders) makes ``--channels-last`` a logged no-op.
         """
-        check_options(opts)
+        check_amp_choice(opts)
         amp = getattr(opts, "amp", None)
         channels_last = bool(getattr(opts, "channels_last", False))
         compile_ = bool(getattr(opts, "compile", False))

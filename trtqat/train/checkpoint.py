@@ -5,8 +5,10 @@ A checkpoint is a dict of plain types and tensors only:
     format      "trtqat-checkpoint/1"
     stage       "fp32" | "ptq" | "qat"
     model       {"arch", "num_classes", "image_size", "quantized", "skip_layers"} and, when
-                recorded, "source" (model source, file and weights with SHA-256) and
-                "preprocess" (size, resize, mean, std, channels)
+                recorded, "family" (the model family's registry name; untagged: an image
+                classifier), "source" (model source, file and weights with SHA-256) and
+                "preprocess" (size, resize, mean, std, channels). Encoders keep their own
+                entry (``trtqat.transformers.checkpoint``).
     state_dict  model weights (and quantizer amax buffers for quantized stages)
     optimizer, scheduler, epoch, rng, metrics, calib, args   (optional)
 
@@ -117,51 +119,27 @@ def _check_fields(path: Path, ckpt: dict[str, Any]) -> None:
     problem = None
     if not isinstance(spec, dict):
         problem = "no 'model' description"
-    elif spec.get("family") != "transformer" and not {"arch", "num_classes"} <= set(spec):
-        problem = "its 'model' entry lacks 'arch' or 'num_classes'"
-    elif not isinstance(ckpt.get("state_dict"), dict):
-        problem = "no 'state_dict' (the model weights)"
+    else:
+        from trtqat import families  # the family says which keys its model entry needs
+
+        keys = families.of_checkpoint(ckpt).spec_keys
+        if not set(keys) <= set(spec):
+            problem = f"its 'model' entry lacks {' or '.join(repr(k) for k in keys)}"
+        elif not isinstance(ckpt.get("state_dict"), dict):
+            problem = "no 'state_dict' (the model weights)"
     if problem:
         raise CheckpointError(f"{path} is an incomplete trtqat checkpoint ({problem}): pass a "
                               ".pt written by trtqat train/calibrate/qat, unmodified")
 
 
 def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
-    """Rebuild the model a checkpoint describes and load its weights.
+    """Rebuild the model a checkpoint describes and load its weights, whatever its family
+    (``trtqat.families.of_checkpoint(ckpt).load``).
 
     ``quantized=None`` builds what the checkpoint holds; ``True`` on an FP32 checkpoint gives
-    an uncalibrated quantized model with the FP32 weights (the start of PTQ). An encoder
-    checkpoint (``model.family == "transformer"``) gives its ``SentenceEncoder``; use
-    ``trtqat.transformers.build_encoder_from_checkpoint`` for the tokenizer too.
+    an uncalibrated quantized model with the FP32 weights (the start of PTQ); ``False`` on a
+    quantized one gives its weights in float.
     """
-    from trtqat.train.model_source import ModelSourceError, build, fit_state_dict, source_of
+    from trtqat import families
 
-    if (ckpt.get("model") or {}).get("family") == "transformer":
-        from trtqat.transformers.checkpoint import build_encoder_from_checkpoint
-
-        return build_encoder_from_checkpoint(ckpt, quantized)[0]
-    spec = ckpt["model"]
-    holds_quant = bool(spec.get("quantized"))
-    quantized = holds_quant if quantized is None else quantized
-    model = build(source_of(spec), int(spec["num_classes"]), quantized=quantized)
-    skip = tuple(spec.get("skip_layers") or ())
-    if quantized and skip:
-        from trtqat.quant.model_ops import disable_layers
-
-        disable_layers(model, skip)
-    state = ckpt["state_dict"]
-    if not quantized:
-        state = {k: v for k, v in state.items() if not _is_quantizer_key(k)}
-    try:
-        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
-                       f"{spec['num_classes']} classes")
-    except (ModelSourceError, RuntimeError) as exc:
-        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
-                              "architecture") from None
-    return model
-
-
-def _is_quantizer_key(key: str) -> bool:
-    from trtqat.train.model_source import is_quantizer_key
-
-    return is_quantizer_key(key)
+    return families.of_checkpoint(ckpt).load(ckpt, quantized)

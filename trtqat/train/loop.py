@@ -47,6 +47,16 @@ def _topk_correct(logits: torch.Tensor, target: torch.Tensor) -> tuple[int, int]
     return int(hit[:, 0].sum()), int(hit.any(dim=1).sum())
 
 
+def _totals(sums: torch.Tensor, elapsed: float, ctx: D.DistContext) -> dict[str, float]:
+    """Loss, top-1/top-5 (percent), images and speed of one pass from this rank's
+    ``[loss*n, top1 hits, top5 hits, n]``, summed over all ranks."""
+    sums = D.all_reduce_sum(ctx, sums.to(ctx.device)).cpu()
+    n = max(sums[3].item(), 1.0)
+    return {"loss": sums[0].item() / n, "top1": 100.0 * sums[1].item() / n,
+            "top5": 100.0 * sums[2].item() / n, "images": int(sums[3].item()),
+            "images_per_s": sums[3].item() / max(elapsed, 1e-9), "time_s": elapsed}
+
+
 def _steps(loader: Iterable, limit: int | None) -> int | None:
     try:
         n = len(loader)  # type: ignore[arg-type]
@@ -93,12 +103,7 @@ def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
         c1, c5 = _topk_correct(out.detach(), y)
         sums += torch.tensor([loss_value * n, c1, c5, n], dtype=torch.float64)
         bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
-    elapsed = time.perf_counter() - start
-    sums = D.all_reduce_sum(ctx, sums.to(ctx.device)).cpu()
-    n = max(sums[3].item(), 1.0)
-    return {"loss": sums[0].item() / n, "top1": 100.0 * sums[1].item() / n,
-            "top5": 100.0 * sums[2].item() / n, "images": int(sums[3].item()),
-            "images_per_s": sums[3].item() / max(elapsed, 1e-9), "time_s": elapsed}
+    return _totals(sums, time.perf_counter() - start, ctx)
 
 
 @torch.no_grad()
@@ -130,12 +135,7 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: D.DistContext | None = Non
             sums += torch.tensor([loss * n, c1, c5, n], dtype=torch.float64)
     finally:
         model.train(was_training)
-    elapsed = time.perf_counter() - start
-    sums = D.all_reduce_sum(ctx, sums.to(ctx.device)).cpu()
-    n = max(sums[3].item(), 1.0)
-    return {"loss": sums[0].item() / n, "top1": 100.0 * sums[1].item() / n,
-            "top5": 100.0 * sums[2].item() / n, "images": int(sums[3].item()),
-            "images_per_s": sums[3].item() / max(elapsed, 1e-9), "time_s": elapsed}
+    return _totals(sums, time.perf_counter() - start, ctx)
 
 
 def fit(*, stage: str, model: nn.Module, train_loader: Iterable, val_loader: Iterable,

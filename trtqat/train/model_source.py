@@ -341,22 +341,3 @@ def output_classes(model: nn.Module, channels: int, size: tuple[int, int]) -> in
         raise ModelSourceError("the model must return logits of shape (batch, classes), got "
                                f"{getattr(out, 'shape', type(out).__name__)}")
     return int(out.shape[1])
-
-
-def start_from_float(source: str, weights: str | None, num_classes: int | None,
-                     channels: int, size: tuple[int, int]) -> tuple[nn.Module, dict[str, Any]]:
-    """A fake-quantized (uncalibrated) model holding the float weights of ``source``.
-
-    Returns the model and the checkpoint ``model`` spec: arch, num_classes (read from the
-    output when not given), ``source`` (:func:`describe` plus the weights and their hash).
-    """
-    float_model = build(source, num_classes)
-    info = describe(source)
-    if weights:
-        info.update(load_weights(float_model, source, weights))
-    classes = output_classes(float_model, channels, size)
-    model = build(source, num_classes or classes, quantized=True)
-    fit_state_dict(model, float_model.state_dict(), f"the float {arch_name(source)}")
-    spec = {"arch": arch_name(source), "num_classes": classes, "quantized": True,
-            "skip_layers": [], "source": info}
-    return model, spec

@@ -22,72 +22,78 @@ from typing import Any
 
 import torch
 
-import trtqat
-from trtqat.quant.model_ops import AMAX_METHODS, disable_layers, quantizers
+from trtqat.quant.model_ops import (
+    AMAX_METHODS,
+    collect_stats,
+    compute_amax,
+    disable_layers,
+    quantizers,
+)
+from trtqat.runopts import RunOptions
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
-from trtqat.train.accel import Accel, AccelOptions
-from trtqat.train.checkpoint import (
-    CheckpointError,
-    build_from_checkpoint,
-    copy_checkpoint,
-    save_checkpoint,
-)
-from trtqat.train.data import make_loader
-from trtqat.train.data_sources import calibration_datasets, preprocess_of
+from trtqat.train.checkpoint import CheckpointError, copy_checkpoint, save_checkpoint
+from trtqat.train.data_sources import preprocess_of
 from trtqat.train.loop import evaluate
 from trtqat.train.run_dir import RunDir
-from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_REQUIRED = ("--checkpoint is required: the best.pt of a `trtqat train` run (or "
+                       "--model NAME|FILE.py:FACTORY [--weights FILE] to start from a float "
+                       "model; --model minilm or a Hugging Face folder for an encoder)")
+
 
 @dataclass
-class CalibrateConfig(AccelOptions):
-    """Options of ``trtqat calibrate``; data options default to those of the FP32 run."""
+class CalibrateConfig(R.ImageOptions, RunOptions):
+    """Options of ``trtqat calibrate``, for every model family.
+
+    None takes the family's default (``--method``: entropy for image classifiers, mse for
+    encoders) or what the FP32 run recorded (data options). ``num_sentences``,
+    ``max_length`` and ``fp32_out`` are the encoders' own; ``calibrate_encoder`` takes this
+    config too (as ``EncoderCalibConfig``).
+    """
 
     checkpoint: str = ""
     out: str = "runs/ptq"
     weights: str | None = None  # with --model and no --checkpoint: the float weights
     num_classes: int | None = None
-    method: str = "entropy"
+    method: str | None = None
     percentile: float = 99.99
     num_batches: int = 16
     skip_layers: tuple[str, ...] = ()
-    model: str | None = None
-    data: str | None = None
-    image_size: int | tuple[int, int] | None = None
-    resize: int | tuple[int, int] | str | None = None
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    channels: int | None = None
-    batch_size: int | None = None
-    workers: int = 0
-    seed: int = 0
-    overwrite: bool = False
-    device: str = "auto"
-    limit_batches: int | None = None
-    strict: bool = False
-    progress: bool = True
+    num_sentences: int = 512
+    max_length: int | None = None
+    fp32_out: str | None = None
 
     def __post_init__(self) -> None:
         self.checkpoint = str(self.checkpoint or "")
-        if not self.checkpoint and not self.model:
-            raise R.ConfigError("--checkpoint is required: the best.pt of a `trtqat train` run "
-                                "(or --model NAME|FILE.py:FACTORY [--weights FILE] to start "
-                                "from a float model; --model minilm or a Hugging Face folder "
-                                "for an encoder)")
         if self.checkpoint and self.weights:
             raise R.ConfigError("--weights goes with --model (a float model), not with "
                                 "--checkpoint (which holds its weights)")
-        R.check_common(self)
-        R.check_positive(self, "num_batches")
-        if self.method not in AMAX_METHODS:
+        super().__post_init__()
+        R.check_data(self)
+        R.check_positive(self, "num_batches", "num_sentences")
+        R.check_positive(self, "max_length", allow_none=True)
+        if self.method is not None and self.method not in AMAX_METHODS:
             raise R.ConfigError(f"unknown --method {self.method!r}: use one of "
                                 f"{', '.join(AMAX_METHODS)}")
         if not 0.0 < self.percentile <= 100.0:
             raise R.ConfigError(f"--percentile must be in (0, 100], got {self.percentile}")
-        self.skip_layers = tuple(self.skip_layers)
+
+
+def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
+    """PTQ of ``cfg.checkpoint`` (or of the float ``cfg.model``): writes the "ptq" run.
+
+    The family of the checkpoint or model (``trtqat.families``) runs the stage. Returns
+    ``{"last": the metrics record, "out": run folder, "summary": one line, ...}``.
+    """
+    from trtqat import families
+
+    if not cfg.checkpoint and not cfg.model:
+        raise R.ConfigError(CHECKPOINT_REQUIRED)
+    family, src = families.of_source(cfg.checkpoint, cfg.model)
+    return families.summarized(family, "calibrate", family.run_calibrate(cfg, src))
 
 
 def _dump_amax(model: torch.nn.Module, ctx: D.DistContext) -> None:
@@ -99,74 +105,66 @@ def _dump_amax(model: torch.nn.Module, ctx: D.DistContext) -> None:
     torch.save(amax, Path(folder) / f"amax_rank{ctx.rank}.pt")
 
 
-def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
-    """PTQ of an FP32 checkpoint; writes ``best.pt``/``last.pt`` (stage "ptq") in ``cfg.out``.
-
-    Returns ``{"last": the metrics record, "best_top1": val top-1, "out": run folder}``.
+def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None
+                         ) -> dict[str, Any]:
+    """PTQ of an image classifier of ``family``: the stage code of
+    :meth:`trtqat.families.cnn.CNNFamily.run_calibrate` (``src``: the loaded checkpoint,
+    None to start from the float ``cfg.model``). Writes ``best.pt``/``last.pt`` (stage
+    "ptq"); returns ``{"last": the metrics record, "best_top1": val top-1, "out"}``.
     """
-    ctx = D.setup(cfg.device)
-    run = guard = None
-    try:
-        acc = Accel.setup(cfg, ctx.device)  # bad options refused before the folder is touched
-        guard = RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite, enabled=ctx.is_main,
-                         inputs=[("--checkpoint", cfg.checkpoint)])
-        out = guard.path
-        src, spec, train_args = {}, {}, {}
-        if cfg.checkpoint:
-            src = R.load_source(cfg.checkpoint, ("fp32",), cfg.model, "calibrate")
+    with R.stage(cfg, inputs=[("--checkpoint", cfg.checkpoint)]) as st:
+        ctx, acc = st.ctx, st.acc
+        spec, train_args = {}, {}
+        if src is not None:
+            src = R.load_source(cfg.checkpoint, ("fp32",), cfg.model, "calibrate", src)
             spec, train_args = dict(src["model"]), dict(src.get("args") or {})
+        method = cfg.method or family.recipe("calibrate", cfg, src)["method"]
         data = cfg.data or train_args.get("data", "digits")
         prep = preprocess_of(cfg, spec.get("preprocess"),
                              spec.get("image_size") or train_args.get("image_size", 32))
         batch_size = cfg.batch_size or train_args.get("batch_size", 64)
         D.seed_everything(cfg.seed, ctx.rank)
-        train_ds, val_ds, data_classes, prep = calibration_datasets(
-            data, prep, cfg.seed, num_classes=train_args.get("num_classes") or cfg.num_classes,
-            strict=cfg.strict)
-        if cfg.checkpoint:
-            model = build_from_checkpoint(src, quantized=True)
+        batches = family.data(cfg, "calib", data=data, prep=prep, batch_size=batch_size,
+                              num_classes=train_args.get("num_classes") or cfg.num_classes,
+                              distributed=ctx.distributed)
+        prep = batches.info["prep"]  # an array's own size and channels
+        if src is not None:
+            model = family.load(src, quantized=True)
         else:
-            from trtqat.train.model_source import start_from_float
-
-            model, spec = start_from_float(cfg.model, cfg.weights, cfg.num_classes,
-                                           prep.channels, prep.size)
-        spec.update(image_size=prep.image_size, preprocess=prep.to_dict())
-        if data_classes and data_classes > int(spec["num_classes"]):
-            raise CheckpointError(f"the data has {data_classes} classes but the "
+            model, spec = _start_from_float(family, cfg, prep)
+        spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
+        if batches.classes and batches.classes > int(spec["num_classes"]):
+            raise CheckpointError(f"the data has {batches.classes} classes but the "
                                   f"{spec['arch']} predicts {spec['num_classes']}")
-        calib_loader = make_loader(train_ds, batch_size, cfg.workers, cfg.seed,
-                                   ctx.distributed, train=True)
-        val_loader = None if val_ds is None else make_loader(
-            val_ds, batch_size, cfg.workers, cfg.seed, ctx.distributed, train=False)
         if cfg.skip_layers:
             disable_layers(model, cfg.skip_layers)
         acc.prepare(model.to(ctx.device))
         progress = cfg.progress and ctx.is_main
         t0 = time.perf_counter()
         with acc.autocast():  # statistics are collected eagerly; --compile is for evaluation
-            seen = trtqat.collect_stats(model, calib_loader, cfg.num_batches, device=ctx.device,
-                                        progress=progress)
-        kwargs = {"percentile": cfg.percentile} if cfg.method == "percentile" else {}
-        trtqat.compute_amax(model, cfg.method, **kwargs)
+            seen = collect_stats(model, batches.train, cfg.num_batches, device=ctx.device,
+                                 progress=progress)
+        compute_amax(model, method, **({"percentile": cfg.percentile}
+                                       if method == "percentile" else {}))
         calib_s = time.perf_counter() - t0
         _dump_amax(model, ctx)
         val = {"loss": None, "top1": None, "top5": None, "time_s": 0.0}
-        if val_loader is not None:
-            val = evaluate(acc.compiled(model), val_loader, ctx, limit=cfg.limit_batches,
+        if batches.val is not None:
+            val = evaluate(acc.compiled(model), batches.val, ctx, limit=cfg.limit_batches,
                            progress=progress, desc="val ptq", accel=acc)
         images = seen * batch_size * ctx.world_size
-        record = {"stage": "ptq", "epoch": 0, "method": cfg.method, "val_loss": val["loss"],
+        record = {"stage": "ptq", "epoch": 0, "method": method, "val_loss": val["loss"],
                   "val_top1": val["top1"], "val_top5": val["top5"],
-                  "fp32_top1": (src.get("metrics") or {}).get("val_top1"),
+                  "fp32_top1": ((src or {}).get("metrics") or {}).get("val_top1"),
                   "calib_batches": seen, "images_per_s": images / max(calib_s, 1e-9),
                   "calib_time_s": calib_s, "wall_time_s": calib_s + val["time_s"],
                   "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
         args = R.as_args(cfg, model=spec.get("source", {}).get("model", spec["arch"]),
                          data=data, image_size=prep.image_size, resize=prep.resize,
                          mean=prep.mean, std=prep.std, channels=prep.channels,
-                         batch_size=batch_size, world_size=ctx.world_size)
+                         batch_size=batch_size, world_size=ctx.world_size, method=method)
         spec.update(quantized=True, skip_layers=list(cfg.skip_layers))
-        calib = {"method": cfg.method, "percentile": cfg.percentile,
+        calib = {"method": method, "percentile": cfg.percentile,
                  "num_batches": cfg.num_batches, "batches_seen": seen,
                  "world_size": ctx.world_size,
                  "source": str(cfg.checkpoint or spec["source"]["model"])}
@@ -175,20 +173,30 @@ def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
                          metrics=record, best_top1=best, wall_time_s=calib_s,
                          calib=calib, train_args=train_args)
         if ctx.is_main:  # everything is computed: only now does the run folder appear
-            run = RunDir(out)
-            run.start(args, resume=False)
-            run.log_metrics(record)
-            save_checkpoint(run.file("last.pt"), ckpt)
-            copy_checkpoint(run.file("last.pt"), run.file("best.pt"))
+            st.run = RunDir(st.out)
+            st.run.start(args, resume=False)
+            st.run.log_metrics(record)
+            save_checkpoint(st.run.file("last.pt"), ckpt)
+            copy_checkpoint(st.run.file("last.pt"), st.run.file("best.pt"))
             score = ("no labelled validation data" if val["top1"] is None else
                      f"val top-1 {val['top1']:.2f}%  top-5 {val['top5']:.2f}%")
-            log.info("ptq (%s): %s  (%d batch(es) per process in %.1fs)", cfg.method, score,
+            log.info("ptq (%s): %s  (%d batch(es) per process in %.1fs)", method, score,
                      seen, calib_s)
         D.barrier(ctx)
-        return {"last": record, "best_top1": best, "out": str(out)}
-    finally:
-        if run is not None:
-            run.close()
-        if guard is not None:
-            guard.close()
-        D.cleanup(ctx)
+        return {"last": record, "best_top1": best, "out": str(st.out)}
+
+
+def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any
+                      ) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """A fake-quantized (uncalibrated) model holding the float weights of ``cfg.model``, and
+    its checkpoint ``model`` spec (the class count read from the output when not given)."""
+    from trtqat.train.model_source import load_weights, output_classes
+
+    model = family.build(cfg.model, cfg.num_classes)
+    info = family.origin(cfg.model)
+    if cfg.weights:
+        info.update(load_weights(model, cfg.model, cfg.weights))
+    classes = output_classes(model, prep.channels, prep.size)
+    spec = {"arch": family.arch(cfg.model), "num_classes": classes, "quantized": True,
+            "skip_layers": [], "source": info}
+    return family.quantize(model), spec

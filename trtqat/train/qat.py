@@ -18,17 +18,14 @@ from torch import nn
 
 from trtqat.errors import QuantizerStateError
 from trtqat.quant.model_ops import disable_layers, quantizers
+from trtqat.runopts import FP32_DEFAULTS, RunOptions
 from trtqat.train import distributed as D
 from trtqat.train import recipes as R
-from trtqat.train.accel import Accel, AccelOptions
-from trtqat.train.checkpoint import CheckpointError, build_from_checkpoint
-from trtqat.train.data import make_loaders
+from trtqat.train.checkpoint import CheckpointError
 from trtqat.train.data_sources import preprocess_of
-from trtqat.train.fp32 import TrainConfig
 from trtqat.train.health import kept_message
 from trtqat.train.loop import NonFiniteLossError, evaluate, fit
 from trtqat.train.run_dir import RunDir
-from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
@@ -38,68 +35,55 @@ FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
 
 
 @dataclass
-class QATConfig(AccelOptions):
-    """Options of ``trtqat qat``; None means "derive from the FP32 run" (see module doc)."""
+class QATConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
+    """Options of ``trtqat qat``, for every model family; None takes the family's recipe
+    (``family.recipe("qat", ...)``: for image classifiers derived from the FP32 run, see the
+    module doc). ``max_steps`` and ``max_length`` are the encoders' own."""
 
     checkpoint: str = ""
     out: str = "runs/qat"
-    epochs: int | None = None
-    lr: float | None = None
-    min_lr: float | None = None
-    momentum: float | None = None
-    weight_decay: float | None = None
-    opt: str | None = None
-    label_smoothing: float | None = None
     skip_layers: tuple[str, ...] = ()
-    model: str | None = None
-    data: str | None = None
-    image_size: int | tuple[int, int] | None = None
-    resize: int | tuple[int, int] | str | None = None
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    channels: int | None = None
-    batch_size: int | None = None
-    workers: int = 0
-    seed: int = 0
-    resume: bool = False
-    overwrite: bool = False
-    device: str = "auto"
-    limit_batches: int | None = None
-    stop_after: int | None = None
-    strict: bool = False
-    progress: bool = True
+    max_steps: int | None = None
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         if not str(self.checkpoint):
             raise R.ConfigError("--checkpoint is required: the best.pt of a `trtqat calibrate` run")
-        R.check_common(self)
-        R.check_positive(self, "epochs", "lr", allow_none=True)
-        R.check_positive(self, "min_lr", "momentum", "weight_decay", allow_none=True, zero=True)
-        if self.opt is not None and self.opt not in R.OPTIMIZERS:
-            raise R.ConfigError(f"unknown --opt {self.opt!r}: use one of "
-                                f"{', '.join(R.OPTIMIZERS)}")
-        if self.label_smoothing is not None and not 0.0 <= self.label_smoothing < 1.0:
-            raise R.ConfigError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.lr is not None and self.min_lr is not None and self.min_lr >= self.lr:
-            raise R.ConfigError(f"--min-lr ({self.min_lr}) must be below --lr ({self.lr})")
-        self.skip_layers = tuple(self.skip_layers)
+        super().__post_init__()
+        R.check_data(self)
+        R.check_schedule(self)
+        R.check_positive(self, "max_steps", "max_length", allow_none=True)
 
-    def resolved(self, train_args: dict[str, Any]) -> dict[str, Any]:
-        """Every schedule option, filled in from the FP32 run's ``train_args``."""
-        base = TrainConfig.__dataclass_fields__
-        fp32 = {k: train_args.get(k, base[k].default) for k in
-                ("epochs", "lr", "momentum", "weight_decay", "opt", "label_smoothing", "data",
-                 "image_size", "batch_size")}
-        epochs = self.epochs or max(1, math.ceil(EPOCH_FRACTION * fp32["epochs"]))
-        lr = self.lr or LR_FRACTION * fp32["lr"]
-        min_lr = FINAL_LR_FRACTION * lr if self.min_lr is None else self.min_lr
-        if min_lr >= lr:
-            raise R.ConfigError(f"--min-lr ({min_lr}) must be below the QAT lr ({lr})")
-        pick = {k: getattr(self, k) if getattr(self, k) is not None else fp32[k]
-                for k in ("momentum", "weight_decay", "opt", "label_smoothing", "data",
-                          "image_size", "batch_size")}
-        return {"epochs": epochs, "lr": lr, "min_lr": min_lr, **pick,
-                "fp32_epochs": fp32["epochs"], "fp32_lr": fp32["lr"]}
+
+def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
+    """Fine-tune the calibrated ``cfg.checkpoint`` with fake quantization; writes the run to
+    ``cfg.out``. The checkpoint's family (``trtqat.families``) runs the stage.
+
+    Returns ``{"last": metrics of the last record, "out": run folder, "summary": one line,
+    ...}`` (image classifiers add "best_top1" and "start_top1").
+    """
+    from trtqat import families
+
+    family, src = families.of_source(cfg.checkpoint, cfg.model)
+    return families.summarized(family, "qat", family.run_qat(cfg, src))
+
+
+def classifier_recipe(cfg: QATConfig, train_args: dict[str, Any]) -> dict[str, Any]:
+    """Every schedule option of an image classifier's QAT, filled in from the FP32 run's
+    ``train_args`` (then :data:`~trtqat.runopts.FP32_DEFAULTS`); the loss is "ce"."""
+    fp32 = {k: train_args.get(k, FP32_DEFAULTS[k]) for k in
+            ("epochs", "lr", "momentum", "weight_decay", "opt", "label_smoothing", "data",
+             "image_size", "batch_size")}
+    epochs = cfg.epochs or max(1, math.ceil(EPOCH_FRACTION * fp32["epochs"]))
+    lr = cfg.lr or LR_FRACTION * fp32["lr"]
+    min_lr = FINAL_LR_FRACTION * lr if cfg.min_lr is None else cfg.min_lr
+    if min_lr >= lr:
+        raise R.ConfigError(f"--min-lr ({min_lr}) must be below the QAT lr ({lr})")
+    pick = {k: getattr(cfg, k) if getattr(cfg, k) is not None else fp32[k]
+            for k in ("momentum", "weight_decay", "opt", "label_smoothing", "data",
+                      "image_size", "batch_size")}
+    return {"epochs": epochs, "lr": lr, "min_lr": min_lr, **pick,
+            "fp32_epochs": fp32["epochs"], "fp32_lr": fp32["lr"], "loss": "ce"}
 
 
 def _check_calibrated(model: nn.Module, path: str) -> None:
@@ -109,20 +93,16 @@ def _check_calibrated(model: nn.Module, path: str) -> None:
                                   f"{missing[0]}); calibrate the model first (trtqat calibrate)")
 
 
-def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
-    """Fine-tune a calibrated checkpoint with fake quantization; writes the run to ``cfg.out``.
+def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[str, Any]:
+    """QAT of an image classifier of ``family`` (``src``: the loaded calibrated checkpoint):
+    the stage code of :meth:`trtqat.families.cnn.CNNFamily.run_qat`.
 
     Returns ``{"last": metrics of the last epoch, "best_top1": ..., "start_top1": ...,
     "out": run folder}``.
     """
-    ctx = D.setup(cfg.device)
-    run = guard = None
-    try:
-        acc = Accel.setup(cfg, ctx.device)  # bad options refused before the folder is touched
-        guard = RunGuard(cfg.out, cfg.resume, cfg.overwrite, enabled=ctx.is_main,
-                         inputs=[("--checkpoint", cfg.checkpoint)])
-        out = guard.path
-        src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat")
+    with R.stage(cfg, resume=cfg.resume, inputs=[("--checkpoint", cfg.checkpoint)]) as st:
+        ctx, acc, out = st.ctx, st.acc, st.out
+        src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat", src)
         spec = dict(src["model"])
         train_args = dict(src.get("train_args") or {})
         if not train_args:
@@ -133,24 +113,25 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
                                     "val/, or digits)")
             log.warning("%s records no FP32 run options: QAT defaults assume the %s ones",
                         cfg.checkpoint, "`trtqat train`")
-        r = cfg.resolved(train_args)
+        r = family.recipe("qat", cfg, src)
         prep = preprocess_of(cfg, spec.get("preprocess"), spec.get("image_size")
                              or r["image_size"])
         r["image_size"] = prep.image_size
         D.seed_everything(cfg.seed, ctx.rank)
-        train_loader, val_loader, data_classes = make_loaders(
-            r["data"], r["image_size"], r["batch_size"], cfg.workers, cfg.seed,
-            distributed=ctx.distributed, num_classes=train_args.get("num_classes"),
-            strict=cfg.strict, prep=prep)
-        if data_classes > int(spec["num_classes"]):
-            raise CheckpointError(f"the data has {data_classes} classes but the checkpoint's "
-                                  f"{spec['arch']} predicts {spec['num_classes']}")
+        batches = family.data(cfg, "train", data=r["data"], prep=prep,
+                              batch_size=r["batch_size"],
+                              num_classes=train_args.get("num_classes"),
+                              distributed=ctx.distributed)
+        if batches.classes > int(spec["num_classes"]):
+            raise CheckpointError(f"the data has {batches.classes} classes but the "
+                                  f"checkpoint's {spec['arch']} predicts {spec['num_classes']}")
+        recorded = {k: v for k, v in r.items() if k != "loss"}
         args = R.as_args(cfg, model=(spec.get("source") or {}).get("model", spec["arch"]),
                          world_size=ctx.world_size, resize=prep.resize, mean=prep.mean,
-                         std=prep.std, channels=prep.channels, **r)
-        spec.update(image_size=prep.image_size, preprocess=prep.to_dict())
+                         std=prep.std, channels=prep.channels, **recorded)
+        spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
         resume_ckpt = R.load_resume(out, "qat", args, ctx) if cfg.resume else None
-        model = build_from_checkpoint(src).to(ctx.device)
+        model = family.load(src).to(ctx.device)
         if cfg.skip_layers:  # left in float for fine-tuning; recorded with the calibrate-time ones
             disable_layers(model, cfg.skip_layers)
             spec["skip_layers"] = list(dict.fromkeys([*(spec.get("skip_layers") or []),
@@ -160,7 +141,7 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         fast = acc.compiled(model)  # shares model's parameters; checkpoints come from model
         optimizer = R.build_optimizer(r["opt"], model, r["lr"], r["momentum"],
                                       r["weight_decay"])
-        steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
+        steps = R.steps_per_epoch(batches.train, cfg.limit_batches)
         scheduler = R.build_scheduler(optimizer, steps * r["epochs"], 0, r["min_lr"] / r["lr"])
         criterion = nn.CrossEntropyLoss(label_smoothing=r["label_smoothing"])
         start, best, wall = 0, -1.0, 0.0
@@ -168,14 +149,14 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
         if resume_ckpt is not None:
             start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
             acc.load_checkpoint_state(resume_ckpt)
-        run = RunDir(out, enabled=ctx.is_main)
+        st.run = run = RunDir(out, enabled=ctx.is_main)
         extra = {"calib": src.get("calib"), "train_args": train_args}
         if cfg.resume:
             run.start(args, resume=True)
             run.truncate_metrics("qat", start)
         else:
             t0 = time.perf_counter()
-            va = evaluate(fast, val_loader, ctx, criterion=criterion, limit=cfg.limit_batches,
+            va = evaluate(fast, batches.val, ctx, criterion=criterion, limit=cfg.limit_batches,
                           progress=cfg.progress, desc="val start", accel=acc)
             start_top1 = va["top1"]
             run.start(args, resume=False)
@@ -192,8 +173,8 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
                              **acc.checkpoint_state())
 
         try:
-            result = fit(stage="qat", model=D.wrap(ctx, fast), train_loader=train_loader,
-                         val_loader=val_loader, criterion=criterion, optimizer=optimizer,
+            result = fit(stage="qat", model=D.wrap(ctx, fast), train_loader=batches.train,
+                         val_loader=batches.val, criterion=criterion, optimizer=optimizer,
                          scheduler=scheduler, ctx=ctx, run=run, start_epoch=start,
                          epochs=r["epochs"], best_top1=best, wall_offset=wall,
                          payload=make_payload, limit=cfg.limit_batches,
@@ -202,9 +183,3 @@ def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return {**result, "start_top1": start_top1, "out": str(out)}
-    finally:
-        if run is not None:
-            run.close()
-        if guard is not None:
-            guard.close()
-        D.cleanup(ctx)

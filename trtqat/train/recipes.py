@@ -7,59 +7,91 @@ checkpoint payload and resume checks. The verbs live in ``fp32.py``, ``ptq.py`` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
+from trtqat.runopts import OPTIMIZERS, ConfigError, check_positive, flag
 from trtqat.train import accel
 from trtqat.train import distributed as D
 from trtqat.train.checkpoint import CheckpointError, load_checkpoint
 from trtqat.train.loop import cosine_lambda
+from trtqat.train.run_dir import RunDir
+from trtqat.train.run_lock import RunGuard
 
 log = logging.getLogger(__name__)
 
-OPTIMIZERS = ("sgd", "adamw")
 # Options that may change between a run and its --resume without changing the result.
 RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
                "strict", "world_size", "compile", "channels_last"}
 
 
-class ConfigError(TrtqatError, ValueError):
-    """An invalid recipe option."""
+@dataclasses.dataclass
+class ImageOptions:
+    """Model and data options of the stage configs (None: the family's default, or what the
+    previous stage recorded). Encoders read ``model``, ``data`` and ``batch_size``."""
+
+    model: str | None = None
+    data: str | None = None
+    image_size: int | tuple[int, int] | None = None
+    resize: int | tuple[int, int] | str | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    channels: int | None = None
+    batch_size: int | None = None
 
 
-def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool = False) -> None:
-    """Raise :class:`ConfigError` unless each field is > 0 (>= 0 with ``zero``)."""
-    for name in names:
-        value = getattr(cfg, name, None)
-        if value is None and allow_none:
-            continue
-        if value is None or not math.isfinite(value) or (value < 0 if zero else value <= 0):
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} must be a finite number {'>= 0' if zero else '> 0'}, "
-                              f"got {value}")
+@dataclasses.dataclass
+class ScheduleOptions:
+    """Optimizer and schedule options of the training recipes (None: the stage's default)."""
+
+    epochs: int | None = None
+    lr: float | None = None
+    min_lr: float | None = None
+    momentum: float | None = None
+    weight_decay: float | None = None
+    opt: str | None = None
+    label_smoothing: float | None = None
+    resume: bool = False
+    stop_after: int | None = None
 
 
-def check_common(cfg: Any) -> None:
-    """Checks shared by every recipe config (data, batches, device, run folder)."""
-    check_positive(cfg, "batch_size", "limit_batches", "stop_after", allow_none=True)
+def fill_defaults(cfg: Any, defaults: dict[str, Any]) -> None:
+    """Set every field of ``cfg`` that is None to its entry in ``defaults``."""
+    for name, value in defaults.items():
+        if getattr(cfg, name) is None:
+            setattr(cfg, name, value)
+
+
+def check_data(cfg: Any) -> None:
+    """``--image-size`` parsed (N or HxW, each > 0): the data check of the image configs."""
     if getattr(cfg, "image_size", None) is not None:
         from trtqat.train.data_sources import parse_size
 
-        cfg.image_size = parse_size(cfg.image_size)  # N or HxW, each > 0
-    check_positive(cfg, "workers", zero=True)
-    if not str(cfg.out):
-        raise ConfigError("--out must name a run folder")
-    if getattr(cfg, "resume", False) and cfg.overwrite:
-        raise ConfigError("--resume and --overwrite exclude each other")
-    accel.check_options(cfg)
+        cfg.image_size = parse_size(cfg.image_size)
+
+
+def check_schedule(cfg: Any) -> None:
+    """The optimizer options a config gives (None: derived later): ranges and --opt."""
+    check_positive(cfg, "epochs", "lr", allow_none=True)
+    check_positive(cfg, "min_lr", "momentum", "weight_decay", "warmup_epochs", allow_none=True,
+                   zero=True)
+    opt = getattr(cfg, "opt", None)
+    if opt is not None and opt not in OPTIMIZERS:
+        raise ConfigError(f"unknown --opt {opt!r}: use one of {', '.join(OPTIMIZERS)}")
+    smoothing = getattr(cfg, "label_smoothing", None)
+    if smoothing is not None and not 0.0 <= smoothing < 1.0:
+        raise ConfigError(f"--label-smoothing must be in [0, 1), got {smoothing}")
+    lr, min_lr = getattr(cfg, "lr", None), getattr(cfg, "min_lr", None)
+    if lr is not None and min_lr is not None and min_lr >= lr:
+        raise ConfigError(f"--min-lr ({min_lr}) must be below --lr ({lr})")
 
 
 def as_args(cfg: Any, **resolved: Any) -> dict[str, Any]:
@@ -99,14 +131,11 @@ def steps_per_epoch(loader, limit: int | None) -> int:
     return n if limit is None else min(n, limit)
 
 
-def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, verb: str
-                ) -> dict[str, Any]:
-    """Load the input checkpoint of ``calibrate``/``qat`` and check its stage and arch."""
-    ckpt = load_checkpoint(path)
-    if (ckpt.get("model") or {}).get("family") == "transformer":
-        raise CheckpointError(f"{path} is a sentence-encoder checkpoint: run `trtqat {verb}` "
-                              "on it (the command routes encoders), or use "
-                              "trtqat.transformers.runs from Python")
+def load_source(path: str | Path, stages: tuple[str, ...], model: str | None, verb: str,
+                ckpt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The input checkpoint of ``calibrate``/``qat`` (``ckpt``: already loaded from ``path``),
+    checked: finite weights, the stage, and the architecture ``--model`` expects."""
+    ckpt = load_checkpoint(path) if ckpt is None else ckpt
     check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {path}",
                         "train it again with a lower --lr")
     stage = ckpt.get("stage")
@@ -128,6 +157,38 @@ def _same_file(model: str, recorded: str | None) -> bool:
         return False
     file, _, factory = model.rpartition(":")
     return f"{Path(file).resolve()}:{factory}" == recorded
+
+
+@dataclasses.dataclass
+class Stage:
+    """One recipe run as :func:`stage` sets it up: process group, speed options, run folder."""
+
+    ctx: D.DistContext
+    acc: accel.Accel | None = None
+    out: Path | None = None
+    run: RunDir | None = None  # set by the recipe once it opens the folder: closed on exit
+
+
+@contextlib.contextmanager
+def stage(cfg: Any, *, resume: bool = False, inputs: Iterable[tuple[str, object]] = ()
+          ) -> Iterator[Stage]:
+    """Set up a recipe run (``D.setup``, ``Accel.setup``, the ``--out`` guard) and close it
+    all on exit, however the run ends. Bad speed options are refused before ``--out`` is
+    touched."""
+    st = Stage(D.setup(cfg.device))
+    guard = None
+    try:
+        st.acc = accel.Accel.setup(cfg, st.ctx.device)
+        guard = RunGuard(cfg.out, resume, cfg.overwrite, enabled=st.ctx.is_main,
+                         inputs=list(inputs))
+        st.out = guard.path
+        yield st
+    finally:
+        if st.run is not None:
+            st.run.close()
+        if guard is not None:
+            guard.close()
+        D.cleanup(st.ctx)
 
 
 def load_resume(out: Path, stage: str, args: dict[str, Any], ctx: D.DistContext
@@ -202,4 +263,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = list(_VERBS)
+__all__ = [*_VERBS, "ConfigError", "check_positive", "flag"]

@@ -39,6 +39,7 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     """(model, layers, validation batches in memory, info, family) for ``cfg``; checks the
     checkpoint. The checkpoint's family loads the model, its data and scores it."""
     from trtqat import families
+    from trtqat.families.base import UnsupportedStageError
     from trtqat.train.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(cfg.checkpoint)
@@ -52,7 +53,7 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     device = _device(cfg.device)
     try:
         batches, info = family.sensitivity_data(ckpt, cfg, device)
-    except NotImplementedError as exc:
+    except UnsupportedStageError as exc:
         raise SensitivityError(f"{cfg.checkpoint}: {exc}") from None
     model = family.load(ckpt).to(device).eval()
     units = layer_units(model)

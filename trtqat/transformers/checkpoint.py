@@ -6,8 +6,8 @@ The ``model`` spec of a sentence encoder::
      "family": "transformer", "task": "sentence-embedding", "pooling": "mean",
      "normalize": True, "max_length": 128}
 
-``family`` tells the CNN code paths (which read ``num_classes``/``image_size``) apart from
-encoders. The architecture, tokenizer and (for ``fp32``) weights come from ``arch``; the
+``family`` ("transformer", the tag of :class:`trtqat.families.encoder.EncoderFamily`) is how
+``trtqat.families.of_checkpoint`` tells encoders from image classifiers. The architecture, tokenizer and (for ``fp32``) weights come from ``arch``; the
 ``state_dict`` holds the encoder's weights and, when quantized, every quantizer's amax.
 """
 
@@ -20,12 +20,8 @@ from typing import Any
 from torch import nn
 
 from trtqat.errors import TrtqatError
-from trtqat.train.checkpoint import (
-    CheckpointError,
-    _is_quantizer_key,
-    load_checkpoint,
-    save_checkpoint,
-)
+from trtqat.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from trtqat.train.model_source import is_quantizer_key
 from trtqat.transformers.minilm import DEFAULT_MAX_LENGTH, MINILM, load_encoder
 
 FAMILY = "transformer"
@@ -84,14 +80,14 @@ def build_encoder_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None =
         quantize_transformer(model, skip_layers=tuple(spec.get("skip_layers") or ()))
     state = ckpt["state_dict"]
     if not quantized:
-        state = {k: v for k, v in state.items() if not _is_quantizer_key(k)}
+        state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
     try:
         result = model.load_state_dict(state, strict=False)
     except (RuntimeError, TrtqatError) as exc:
         raise CheckpointError(f"checkpoint does not fit {spec['arch']}: "
                               f"{str(exc).splitlines()[0][:200]}") from None
     bad = [k for k in result.missing_keys if not (quantized and not holds_quant
-                                                  and _is_quantizer_key(k))]
+                                                  and is_quantizer_key(k))]
     bad += list(result.unexpected_keys)
     if bad:
         raise CheckpointError(f"checkpoint does not fit {spec['arch']} ({len(bad)} mismatched "

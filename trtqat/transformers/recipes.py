@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import random
@@ -24,10 +25,12 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from trtqat.errors import QuantizerStateError, TrtqatError
-from trtqat.quant.model_ops import AMAX_METHODS, collect_stats, compute_amax, quantizers
+from trtqat.errors import QuantizerStateError
+from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
+from trtqat.runopts import ConfigError
 from trtqat.train.accel import Accel
 from trtqat.train.loop import cosine_lambda
+from trtqat.train.ptq import CalibrateConfig
 from trtqat.transformers.attention import quantize_transformer
 from trtqat.transformers.minilm import DEFAULT_MAX_LENGTH, batches, tokenize
 
@@ -36,8 +39,11 @@ log = logging.getLogger(__name__)
 LOSSES = ("cosine", "mse")
 
 
-class EncoderConfigError(TrtqatError, ValueError):
-    """An invalid option of an encoder recipe."""
+EncoderConfigError = ConfigError  # an invalid option of an encoder recipe
+# calibrate_encoder takes the calibration config every family shares (trtqat calibrate's)
+EncoderCalibConfig = CalibrateConfig
+DEFAULT_BATCH_SIZE = 32
+DEFAULT_METHOD = "mse"  # the best PTQ calibrator on all-MiniLM-L6-v2
 
 
 def _positive(cfg: Any, *names: str) -> None:
@@ -45,38 +51,6 @@ def _positive(cfg: Any, *names: str) -> None:
         value = getattr(cfg, name)
         if value is None or value <= 0:
             raise EncoderConfigError(f"{name} must be > 0, got {value!r}")
-
-
-@dataclass(frozen=True)
-class EncoderCalibConfig:
-    """How :func:`calibrate_encoder` calibrates.
-
-    Args:
-        method: max | percentile | mse | entropy (activations; weights always use max).
-            mse is the default: it scores best on all-MiniLM-L6-v2, whose LayerNorm outputs
-            have outlier channels that percentile and entropy clip.
-        percentile: for ``method="percentile"``, e.g. 99.9 or 99.99.
-        num_sentences: calibration sentences taken from the start of the list.
-        batch_size, max_length: tokenization of the calibration batches.
-        skip_layers: glob patterns of module names kept in float.
-    """
-
-    method: str = "mse"
-    percentile: float = 99.99
-    num_sentences: int = 512
-    batch_size: int = 32
-    max_length: int = DEFAULT_MAX_LENGTH
-    skip_layers: tuple[str, ...] = ()
-    progress: bool = False
-
-    def __post_init__(self) -> None:
-        if self.method not in AMAX_METHODS:
-            raise EncoderConfigError(f"unknown method {self.method!r}: use one of "
-                                     f"{', '.join(AMAX_METHODS)}")
-        if not 0.0 < self.percentile <= 100.0:
-            raise EncoderConfigError(f"percentile must be in (0, 100], got {self.percentile}")
-        _positive(self, "num_sentences", "batch_size", "max_length")
-        object.__setattr__(self, "skip_layers", tuple(self.skip_layers))
 
 
 def quantized_copy(model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
@@ -109,19 +83,25 @@ def set_amax(qmodel: nn.Module, method: str, percentile: float = 99.99) -> None:
 
 
 def calibrate_encoder(model: nn.Module, tokenizer, sentences: Sequence[str],
-                      config: EncoderCalibConfig | None = None, accel: Accel | None = None
+                      config: CalibrateConfig | None = None, accel: Accel | None = None
                       ) -> nn.Module:
     """PTQ: a calibrated INT8 (fake-quant) copy of the FP32 encoder ``model``, on its device.
 
+    ``config`` (``CalibrateConfig``, alias ``EncoderCalibConfig``): ``method`` (activations;
+    weights always use max; None: mse, which scores best on all-MiniLM-L6-v2, whose LayerNorm
+    outputs have outlier channels that percentile and entropy clip), ``percentile``,
+    ``num_sentences`` (taken from the start of the list), ``batch_size`` and ``max_length``
+    (tokenization; None: 32 and 128), ``skip_layers`` (glob patterns kept in float).
     ``accel``: its autocast applies to the (always eager) statistics collection.
     """
-    cfg = config or EncoderCalibConfig()
+    cfg = config or CalibrateConfig()
     acc = accel or Accel(model_device(model))
     qmodel = quantized_copy(model, cfg.skip_layers)
     with acc.autocast():
         collect_encoder_stats(qmodel, tokenizer, list(sentences)[:cfg.num_sentences],
-                              cfg.batch_size, cfg.max_length, cfg.progress)
-    set_amax(qmodel, cfg.method, cfg.percentile)
+                              cfg.batch_size or DEFAULT_BATCH_SIZE,
+                              cfg.max_length or DEFAULT_MAX_LENGTH, cfg.progress)
+    set_amax(qmodel, cfg.method or DEFAULT_METHOD, cfg.percentile)
     return qmodel
 
 
@@ -162,6 +142,13 @@ class EncoderQATConfig:
     amax_lr: float = 1e-2
     seed: int = 0
     progress: bool = False
+
+    @classmethod
+    def of(cls, options: dict[str, Any], **more: Any) -> EncoderQATConfig:
+        """The config of the resolved ``options`` (a run's recipe: the keys that are fields of
+        this class; its ``loss`` names the recipe's kind, "distill", and is not taken)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"loss"}
+        return cls(**{k: v for k, v in {**options, **more}.items() if k in names})
 
     def __post_init__(self) -> None:
         _positive(self, "epochs", "batch_size", "max_length", "lr", "amax_lr")

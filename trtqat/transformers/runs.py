@@ -1,4 +1,8 @@
-"""Run folders of the encoder verbs: ``trtqat calibrate``/``qat`` on sentence encoders.
+"""The encoder family's stages: ``trtqat calibrate``/``qat`` on sentence encoders.
+
+:class:`trtqat.families.encoder.EncoderFamily` runs these for the library verbs
+``trtqat.train.calibrate`` and ``trtqat.train.qat_finetune``, with the configs every family
+shares (``CalibrateConfig``, ``QATConfig``).
 
 * :func:`calibrate_encoder_run`: PTQ of ``--model minilm`` (or a Hugging Face folder, or an
   FP32 encoder checkpoint) on the corpus' training split; evaluates embedding fidelity on
@@ -18,33 +22,42 @@ sentences are never trained or calibrated on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trtqat.quant.model_ops import AMAX_METHODS
 from trtqat.train import recipes as R
-from trtqat.train.accel import Accel, AccelOptions, check_options
+from trtqat.train.accel import Accel
 from trtqat.train.checkpoint import CheckpointError, copy_checkpoint, load_checkpoint
+from trtqat.train.ptq import CalibrateConfig
+from trtqat.train.qat import QATConfig
 from trtqat.train.run_dir import RunDir, RunDirError, check_out_dir
 from trtqat.train.run_lock import RunGuard
 from trtqat.transformers.checkpoint import (
+    FAMILY,
     build_encoder_from_checkpoint,
     encoder_spec,
     is_encoder_checkpoint,
     save_encoder_checkpoint,
 )
-from trtqat.transformers.corpus import BUILTIN, CorpusError, load_corpus, text_file_sentences
+from trtqat.transformers.corpus import (
+    BUILTIN,
+    Corpus,
+    CorpusError,
+    load_corpus,
+    text_file_sentences,
+)
 from trtqat.transformers.metrics import embedding_fidelity
 from trtqat.transformers.minilm import DEFAULT_MAX_LENGTH, MINILM, embed, load_encoder
 from trtqat.transformers.recipes import (
-    EncoderCalibConfig,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_METHOD,
     EncoderQATConfig,
     calibrate_encoder,
     qat_encoder,
@@ -52,21 +65,17 @@ from trtqat.transformers.recipes import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METHOD = "mse"  # the best PTQ calibrator on all-MiniLM-L6-v2
 DEFAULT_QAT_EPOCHS = 3  # ~460 steps of 32 built-in sentences; 1 epoch stops short of 0.99 cosine
 DEFAULT_QAT_LR = 1e-4
+FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
 SPLIT_SEED = 0  # the train/held-out split is the same in every stage
 EMBED_BATCH = 64
+# Options of image classifiers that an encoder run does not take (refused or ignored).
+UNSUPPORTED = ("resume", "stop_after")
+IGNORED = ("momentum", "opt", "label_smoothing", "image_size", "limit_batches")
 
 
-def is_encoder_name(model: str | None) -> bool:
-    """True when ``--model`` names an encoder: ``minilm`` or a path (a folder)."""
-    if not model:
-        return False
-    return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
-
-
-def _accel(cfg: AccelOptions) -> Accel:
+def _accel(cfg: Any) -> Accel:
     """The run's device (``cfg.device``; refuses CUDA without a GPU) and speed options."""
     from trtqat.train.distributed import pick_device
 
@@ -81,6 +90,13 @@ def _check_data(data: str | None) -> str:
         raise CorpusError(f"--data {data} holds no sentences: pass a UTF-8 text file with one "
                           f"sentence per line, or '{BUILTIN}'")
     return str(data)
+
+
+def corpus_of(data: str | None) -> tuple[str, Corpus]:
+    """``(data, corpus)``: ``--data`` checked (``builtin`` or a text file) and its sentences,
+    split into training and held-out ones the same way in every stage."""
+    data = _check_data(data)
+    return data, load_corpus(data, seed=SPLIT_SEED)
 
 
 def _clean(value: Any) -> Any:
@@ -98,47 +114,33 @@ def fidelity(model: nn.Module, tokenizer, sentences, ref: torch.Tensor,
     return {k: _clean(v) for k, v in embedding_fidelity(ref, test).items()}
 
 
-@dataclass
-class EncoderCalibrateConfig(AccelOptions):
-    """Options of ``trtqat calibrate`` for an encoder (``--model`` or an FP32 checkpoint)."""
-
-    model: str | None = None
-    checkpoint: str | None = None
-    out: str = "runs/ptq"
-    fp32_out: str | None = None
-    data: str | None = None
-    method: str = DEFAULT_METHOD
-    percentile: float = 99.99
-    num_sentences: int = 512
-    max_length: int = DEFAULT_MAX_LENGTH
-    batch_size: int | None = None
-    skip_layers: tuple[str, ...] = ()
-    seed: int = 0
-    overwrite: bool = False
-    device: str = "auto"
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.model and not self.checkpoint:
-            raise R.ConfigError("give --model minilm (or a Hugging Face model folder) or "
-                                "--checkpoint of an FP32 encoder")
-        if self.method not in AMAX_METHODS:
-            raise R.ConfigError(f"unknown --method {self.method!r}: use one of "
-                                f"{', '.join(AMAX_METHODS)}")
-        R.check_positive(self, "num_sentences", "max_length")
-        R.check_positive(self, "batch_size", allow_none=True)
-        if not str(self.out):
-            raise R.ConfigError("--out must name a run folder")
-        check_options(self)
-        self.skip_layers = tuple(self.skip_layers)
+def calibrate_recipe(cfg: CalibrateConfig) -> dict[str, Any]:
+    """The encoder's calibration defaults for the options ``cfg`` leaves None."""
+    return {"method": cfg.method or DEFAULT_METHOD,
+            "batch_size": cfg.batch_size or DEFAULT_BATCH_SIZE,
+            "max_length": cfg.max_length or DEFAULT_MAX_LENGTH}
 
 
-def _source(cfg: EncoderCalibrateConfig) -> tuple[nn.Module, Any, str, str]:
+def qat_recipe(cfg: QATConfig, src: dict[str, Any]) -> dict[str, Any]:
+    """The encoder's QAT: self-distillation ("distill") from the FP32 teacher, AdamW, 3
+    epochs at 1e-4 cosine-annealed to 1% of it, the calibration's tokens per sentence."""
+    lr = cfg.lr or DEFAULT_QAT_LR
+    min_lr = FINAL_LR_FRACTION * lr if cfg.min_lr is None else cfg.min_lr
+    if min_lr >= lr:
+        raise R.ConfigError(f"--min-lr ({min_lr}) must be below the QAT lr ({lr})")
+    return {"epochs": cfg.epochs or DEFAULT_QAT_EPOCHS, "max_steps": cfg.max_steps,
+            "lr": lr, "min_lr": min_lr, "final_lr_ratio": min_lr / lr,
+            "weight_decay": cfg.weight_decay or 0.0,
+            "batch_size": cfg.batch_size or DEFAULT_BATCH_SIZE,
+            "max_length": cfg.max_length or int(src["model"].get("max_length",
+                                                                  DEFAULT_MAX_LENGTH)),
+            "loss": "distill"}
+
+
+def _source(cfg: CalibrateConfig, ckpt: dict[str, Any] | None
+            ) -> tuple[nn.Module, Any, str, str]:
     """``(FP32 encoder, tokenizer, arch, source description)``."""
-    if cfg.checkpoint:
-        ckpt = load_checkpoint(cfg.checkpoint)
-        if not is_encoder_checkpoint(ckpt):
-            raise CheckpointError(f"{cfg.checkpoint} is not an encoder checkpoint")
+    if ckpt is not None:
         if ckpt.get("stage") != "fp32":
             raise CheckpointError(f"{cfg.checkpoint} holds a {ckpt.get('stage')!r} checkpoint: "
                                   "calibrate needs an FP32 one (or --model minilm)")
@@ -152,7 +154,7 @@ def _source(cfg: EncoderCalibrateConfig) -> tuple[nn.Module, Any, str, str]:
     return model, tok, arch, f"pretrained:{arch}"
 
 
-def _fp32_folder(cfg: EncoderCalibrateConfig, out: Path, source: str) -> tuple[Path, bool]:
+def _fp32_folder(cfg: CalibrateConfig, out: Path, source: str) -> tuple[Path, bool]:
     """Where the FP32 reference checkpoint goes, and whether it must be (re)written."""
     folder = Path(cfg.fp32_out) if cfg.fp32_out else out.parent / "fp32"
     if folder.resolve() == out.resolve():
@@ -187,31 +189,31 @@ def _write_run(out: Path, args: dict, records: list[dict], model: nn.Module, *, 
     return run.file("best.pt")
 
 
-def calibrate_encoder_run(cfg: EncoderCalibrateConfig) -> dict[str, Any]:
-    """PTQ of an encoder; writes the "ptq" run in ``cfg.out`` and the "fp32" one beside it.
+def calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None
+                          ) -> dict[str, Any]:
+    """PTQ of an encoder (``src``: a loaded FP32 encoder checkpoint, or None for
+    ``cfg.model``); writes the "ptq" run in ``cfg.out`` and the "fp32" one beside it.
 
     Returns ``{"last": metrics record, "fidelity": held-out fidelity, "out", "fp32"}``.
     """
     acc = _accel(cfg)  # bad options refused before the folder is touched
     with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
                   inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
-        return _calibrate_encoder_run(cfg, guard.path, acc)
+        return _calibrate_encoder_run(cfg, family, src, guard.path, acc)
 
 
-def _calibrate_encoder_run(cfg: EncoderCalibrateConfig, out: Path, acc: Accel) -> dict[str, Any]:
-    data = _check_data(cfg.data)
-    fp32, tok, arch, source = _source(cfg)
+def _calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None,
+                           out: Path, acc: Accel) -> dict[str, Any]:
+    batches = family.data(cfg, "calib", data=cfg.data)
+    corpus, data = batches.info["corpus"], batches.info["data"]
+    fp32, tok, arch, source = _source(cfg, src)
     fp32.to(acc.device)
     fp32_dir, write_fp32 = _fp32_folder(cfg, out, source)
-    corpus = load_corpus(data, seed=SPLIT_SEED)
     torch.manual_seed(cfg.seed)
-    batch = cfg.batch_size or 32
+    r = family.recipe("calibrate", cfg, src)
+    cfg = dataclasses.replace(cfg, **r)  # calibrate_encoder reads the resolved options
     t0 = time.perf_counter()
-    calib_cfg = EncoderCalibConfig(
-        method=cfg.method, percentile=cfg.percentile, num_sentences=cfg.num_sentences,
-        batch_size=batch, max_length=cfg.max_length, skip_layers=cfg.skip_layers,
-        progress=cfg.progress)
-    qmodel = calibrate_encoder(fp32, tok, corpus.train, calib_cfg, accel=acc)
+    qmodel = calibrate_encoder(fp32, tok, corpus.train, cfg, accel=acc)
     calib_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     ref = embed(fp32, tok, list(corpus.heldout), EMBED_BATCH, cfg.max_length, acc.device)
@@ -221,14 +223,13 @@ def _calibrate_encoder_run(cfg: EncoderCalibrateConfig, out: Path, acc: Accel) -
     record = {"stage": "ptq", "epoch": 0, "method": cfg.method, **fid,
               "calib_sentences": used, "calib_time_s": calib_s, "eval_time_s": eval_s,
               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    args = R.as_args(cfg, model=arch, data=data, batch_size=batch,
-                     fp32_out=str(fp32_dir), family="transformer")
+    args = R.as_args(cfg, model=arch, data=data, fp32_out=str(fp32_dir), family=FAMILY)
     corpus_info = {"source": corpus.source, "split_seed": SPLIT_SEED, **corpus.info}
     fp32_spec = encoder_spec(arch, quantized=False, max_length=cfg.max_length,
                              normalize=fp32.normalize)
     if write_fp32:  # everything is computed: only now do run folders appear
         fp32_args = {"model": arch, "data": data, "max_length": cfg.max_length,
-                     "family": "transformer", "source": source}
+                     "family": FAMILY, "source": source}
         fp32_rec = {"stage": "fp32", "epoch": 0, "mean_cosine": 1.0, "spearman": 1.0,
                     "sentences": len(corpus.heldout), "note": "FP32 reference of " + str(out)}
         _write_run(fp32_dir, fp32_args, [fp32_rec], fp32, stage="fp32", spec=fp32_spec,
@@ -242,40 +243,6 @@ def _calibrate_encoder_run(cfg: EncoderCalibrateConfig, out: Path, acc: Accel) -
     log.info("ptq (%s): held-out mean cosine %.5f, Spearman %s", cfg.method,
              fid["mean_cosine"], fid["spearman"])
     return {"last": record, "fidelity": fid, "out": str(out), "fp32": str(fp32_dir)}
-
-
-@dataclass
-class EncoderQATRunConfig(AccelOptions):
-    """Options of ``trtqat qat`` for an encoder checkpoint; None: the default (see module)."""
-
-    checkpoint: str = ""
-    out: str = "runs/qat"
-    data: str | None = None
-    epochs: int | None = None
-    max_steps: int | None = None
-    lr: float | None = None
-    min_lr: float | None = None
-    weight_decay: float | None = None
-    batch_size: int | None = None
-    max_length: int | None = None
-    skip_layers: tuple[str, ...] = ()
-    seed: int = 0
-    overwrite: bool = False
-    device: str = "auto"
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        self.skip_layers = tuple(self.skip_layers)
-        if not str(self.checkpoint):
-            raise R.ConfigError("--checkpoint is required: the best.pt of a `trtqat calibrate` run")
-        R.check_positive(self, "epochs", "max_steps", "lr", "batch_size", "max_length",
-                         allow_none=True)
-        R.check_positive(self, "min_lr", "weight_decay", allow_none=True, zero=True)
-        if self.lr is not None and self.min_lr is not None and self.min_lr >= self.lr:
-            raise R.ConfigError(f"--min-lr ({self.min_lr}) must be below --lr ({self.lr})")
-        if not str(self.out):
-            raise R.ConfigError("--out must name a run folder")
-        check_options(self)
 
 
 def _teacher(src: dict[str, Any]) -> tuple[nn.Module, str]:
@@ -293,38 +260,41 @@ def _teacher(src: dict[str, Any]) -> tuple[nn.Module, str]:
     return load_encoder(arch)[0], f"pretrained:{arch}"
 
 
-def qat_encoder_run(cfg: EncoderQATRunConfig) -> dict[str, Any]:
-    """QAT of a calibrated encoder checkpoint; writes the "qat" run in ``cfg.out``.
+def _check_qat_options(cfg: QATConfig) -> None:
+    """Refuse the image-classifier options an encoder QAT cannot honour; warn about those
+    it ignores."""
+    for name in UNSUPPORTED:
+        if getattr(cfg, name, None):
+            raise R.ConfigError(f"{R.flag(name)} is not supported for encoder checkpoints: "
+                                "start again with --overwrite")
+    ignored = [R.flag(k) for k in IGNORED if getattr(cfg, k, None) is not None]
+    if ignored:
+        log.warning("%s: options of image classifiers, ignored for an encoder (AdamW)",
+                    ", ".join(ignored))
+
+
+def qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[str, Any]:
+    """QAT of a calibrated encoder checkpoint ``src``; writes the "qat" run in ``cfg.out``.
 
     Returns ``{"last", "start" (fidelity before), "fidelity" (after), "out"}``.
     """
+    _check_qat_options(cfg)
     acc = _accel(cfg)  # bad options refused before the folder is touched
     with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
                   inputs=[("--checkpoint", cfg.checkpoint)]) as guard:
-        return _qat_encoder_run(cfg, guard.path, acc)
+        return _qat_encoder_run(cfg, family, src, guard.path, acc)
 
 
-def _qat_encoder_run(cfg: EncoderQATRunConfig, out: Path, acc: Accel) -> dict[str, Any]:
-    src = load_checkpoint(cfg.checkpoint)
-    if not is_encoder_checkpoint(src):
-        raise CheckpointError(f"{cfg.checkpoint} is not an encoder checkpoint")
+def _qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any], out: Path,
+                     acc: Accel) -> dict[str, Any]:
     if src.get("stage") not in ("ptq", "qat"):
         raise CheckpointError(f"{cfg.checkpoint} holds a {src.get('stage')!r} checkpoint: "
                               f"calibrate it first: trtqat calibrate --checkpoint {cfg.checkpoint}")
-    src_args = src.get("args") or {}
-    data = _check_data(cfg.data or src_args.get("data"))
+    batches = family.data(cfg, "train", data=cfg.data or (src.get("args") or {}).get("data"))
+    corpus, data = batches.info["corpus"], batches.info["data"]
     spec = dict(src["model"])
-    max_length = cfg.max_length or int(spec.get("max_length", DEFAULT_MAX_LENGTH))
-    lr = cfg.lr or DEFAULT_QAT_LR
-    min_lr = 0.01 * lr if cfg.min_lr is None else cfg.min_lr
-    if min_lr >= lr:
-        raise R.ConfigError(f"--min-lr ({min_lr}) must be below the QAT lr ({lr})")
-    qcfg = EncoderQATConfig(
-        epochs=cfg.epochs or DEFAULT_QAT_EPOCHS, max_steps=cfg.max_steps,
-        batch_size=cfg.batch_size or 32, max_length=max_length, lr=lr,
-        final_lr_ratio=min_lr / lr, weight_decay=cfg.weight_decay or 0.0, seed=cfg.seed,
-        progress=cfg.progress)
-    corpus = load_corpus(data, seed=SPLIT_SEED)
+    r = family.recipe("qat", cfg, src)
+    qcfg = EncoderQATConfig.of(r, seed=cfg.seed, progress=cfg.progress)
     student, tok = build_encoder_from_checkpoint(src)
     if cfg.skip_layers:  # kept in float from now on, recorded with the calibrate-time ones
         from trtqat.quant.model_ops import disable_layers, quantizers
@@ -339,8 +309,8 @@ def _qat_encoder_run(cfg: EncoderQATRunConfig, out: Path, acc: Accel) -> dict[st
     student.to(acc.device)
     teacher.to(acc.device)
     torch.manual_seed(cfg.seed)
-    ref = embed(teacher, tok, list(corpus.heldout), EMBED_BATCH, max_length, acc.device)
-    start = fidelity(student, tok, corpus.heldout, ref, max_length, acc)
+    ref = embed(teacher, tok, list(corpus.heldout), EMBED_BATCH, qcfg.max_length, acc.device)
+    start = fidelity(student, tok, corpus.heldout, ref, qcfg.max_length, acc)
     records = [{"stage": "qat", "epoch": 0, "step": 0, **start,
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}]
     every = 10
@@ -351,16 +321,16 @@ def _qat_encoder_run(cfg: EncoderQATRunConfig, out: Path, acc: Accel) -> dict[st
 
     hist = qat_encoder(student, teacher, tok, corpus.train, qcfg, callback=on_step, accel=acc)
     t1 = time.perf_counter()
-    fid = fidelity(student, tok, corpus.heldout, ref, max_length, acc)
+    fid = fidelity(student, tok, corpus.heldout, ref, qcfg.max_length, acc)
     record = {"stage": "qat", "epoch": qcfg.epochs, "step": hist["steps"], **fid,
               "start_mean_cosine": start["mean_cosine"], "loss_first": hist["loss"][0],
               "loss_last": hist["loss"][-1], "train_time_s": hist["wall_time_s"],
               "eval_time_s": time.perf_counter() - t1,
               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     records.append(record)
-    args = R.as_args(cfg, model=spec["arch"], data=data, epochs=qcfg.epochs, lr=lr,
-                     min_lr=min_lr, weight_decay=qcfg.weight_decay,
-                     batch_size=qcfg.batch_size, max_length=max_length, family="transformer",
+    args = R.as_args(cfg, model=spec["arch"], data=data, epochs=qcfg.epochs,
+                     lr=r["lr"], min_lr=r["min_lr"], weight_decay=qcfg.weight_decay,
+                     batch_size=qcfg.batch_size, max_length=qcfg.max_length, family=FAMILY,
                      teacher=teacher_src, steps=hist["steps"])
     spec["quantized"] = True
     _write_run(out, args, records, student, stage="qat", spec=spec, calib=src.get("calib"),

@@ -1,0 +1,244 @@
+"""Command-line options defined once, for every ``trtqat`` command.
+
+Each option is spelled in one place, with one short form where it has one (``--out/-o``,
+``--model/-m``, ``--checkpoint/-c``, ``--batch-size/-b``, ``--workers/-j``); a command picks
+the groups it takes and may word an option's help for itself:
+
+    g = p.add_argument_group("model")
+    add_model(g, default="resnet18", help="...")
+    add_data_args(p)            # --data, --image-size, preprocessing, batches, --seed, ...
+    add_optim_args(p)           # --lr, --min-lr, --momentum, --weight-decay, --opt, ...
+    add_run_args(p, "runs/x")   # --out, --overwrite, --device, ... and the speed options
+
+:func:`config_from` turns the parsed options into a run config (fields of the same names);
+:func:`print_summary` prints a verb's closing line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import textwrap
+from typing import Any
+
+from trtqat.cli.validate import (
+    BadValue,
+    finite_float,
+    int_range,
+    non_negative_int,
+    positive_int,
+    seed_int,
+    writable_dir,
+)
+
+Group = argparse.ArgumentParser | argparse._ArgumentGroup
+
+EPILOG_DIST = ("Several processes: torchrun --nproc_per_node=N -m trtqat {cmd} ... "
+               "(DistributedDataParallel; gloo on CPU, nccl on GPU; rank 0 writes the run).")
+DATA_HELP = ("'digits' (scikit-learn's 8x8 digits, resized), 'synthetic' (random, for speed "
+             "runs) or an ImageFolder PATH with train/ and val/")
+
+
+def formatter(prog: str) -> argparse.HelpFormatter:
+    """Help that shows defaults and keeps the epilog's line breaks."""
+
+    class _F(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+        def _get_help_string(self, action: argparse.Action) -> str:
+            if action.default is None or isinstance(action.default, bool):
+                return action.help or ""
+            return super()._get_help_string(action)
+
+    return _F(prog, max_help_position=32)
+
+
+def fill(text: str) -> str:
+    """Wrap a description for help output (the formatter keeps raw line breaks)."""
+    return textwrap.fill(text, 88, break_on_hyphens=False)
+
+
+def csv(text: str) -> tuple[str, ...]:
+    """Parse 'a,b,c' into a tuple of names."""
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def image_size_arg(text: str) -> int | tuple[int, int]:
+    """argparse type of --image-size/--resize: N or HxW."""
+    from trtqat.train.data_sources import DataSourceError, parse_size
+
+    try:
+        return parse_size(text)
+    except DataSourceError as exc:  # a refused value: exit 1 like every validator's
+        raise BadValue(str(exc).split(": ", 1)[-1]) from None
+
+
+# --------------------------------------------------------------------------- single options
+def add_out(g: Group, default: str | None, help: str = "run folder: args.yaml, metrics.jsonl, "
+            "last.pt, best.pt", metavar: str = "RUN_DIR") -> None:
+    """``--out/-o``: the folder a command writes."""
+    g.add_argument("--out", "-o", default=default, metavar=metavar, type=writable_dir,
+                   help=help)
+
+
+def add_model(g: Group, default: str | None = None, help: str = "the model") -> None:
+    """``--model/-m``: a model name, folder or ``file.py:factory`` (its family decides)."""
+    g.add_argument("--model", "-m", default=default, help=help)
+
+
+def add_checkpoint(g: Group, required: bool = False, help: str = "checkpoint (a .pt of a "
+                   "trtqat run, or its run folder)") -> None:
+    """``--checkpoint/-c``: the input checkpoint."""
+    g.add_argument("--checkpoint", "-c", required=required, default=None, metavar="PATH",
+                   help=help)
+
+
+def add_data(g: Group, default: str | None = "digits", help: str = DATA_HELP,
+             metavar: str | None = "digits|synthetic|PATH") -> None:
+    """``--data``: where the images (or sentences) come from."""
+    g.add_argument("--data", default=default, metavar=metavar, help=help)
+
+
+def add_image_size(g: Group, default: Any = 32, help: str = "input resolution: N (square) "
+                   "or HxW, e.g. 224x160", metavar: str | None = "N|HxW") -> None:
+    """``--image-size``: N or HxW."""
+    g.add_argument("--image-size", type=image_size_arg, default=default, metavar=metavar,
+                   help=help)
+
+
+def add_weights(g: Group) -> None:
+    """``--weights``: the float weights of ``--model``."""
+    g.add_argument("--weights", default=None, metavar="FILE|NAME",
+                   help="float weights of --model: a state_dict or checkpoint file "
+                   "(.pt/.pth), or a torchvision weights name (IMAGENET1K_V1, DEFAULT) "
+                   "found in the torch hub cache (never downloaded)")
+
+
+def add_skip_layers(g: Group, help: str = "glob patterns of layers kept in float, e.g. "
+                    "'conv1,fc'") -> None:
+    """``--skip-layers A,B``."""
+    g.add_argument("--skip-layers", type=csv, default=(), metavar="A,B", help=help)
+
+
+def add_max_length(g: Group, default: int | None, help: str) -> None:
+    """``--max-length``: tokens per sentence (encoders)."""
+    g.add_argument("--max-length", type=int_range(2), default=default, help=help)
+
+
+def add_device(g: Group, help: str = "auto, cpu, cuda or cuda:N") -> None:
+    """``--device``: where the model runs."""
+    g.add_argument("--device", default="auto", help=help)
+
+
+def add_no_progress(g: Group, help: str = "no progress bars or per-epoch lines") -> None:
+    """``--no-progress`` (dest ``progress``)."""
+    g.add_argument("--no-progress", dest="progress", action="store_false", help=help)
+
+
+# --------------------------------------------------------------------------- option groups
+def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
+                  calibration: bool = False) -> None:
+    """--data, --image-size, preprocessing, --batch-size, --workers, --seed, --strict."""
+    g = p.add_argument_group("data" + (" (default: as in the FP32 run)" if inherit else ""))
+    extra = (", a flat folder of images, or a .npy/.npz (N,C,H,W) float array "
+             "(FILE.npz:NAME picks one; no labels: calibration only)") if calibration else ""
+    add_data(g, None if inherit else "digits", DATA_HELP + extra)
+    add_image_size(g, None if inherit else 32)
+    g.add_argument("--resize", default=None, metavar="N|HxW|auto",
+                   help="image folders: resize before the center crop, the shorter side to N "
+                   "or exactly HxW (default auto: shorter side to image size / 0.875)")
+    g.add_argument("--mean", default=None, metavar="M[,M,M]",
+                   help="normalization mean per channel (default: ImageNet's)")
+    g.add_argument("--std", default=None, metavar="S[,S,S]",
+                   help="normalization std per channel (default: ImageNet's)")
+    g.add_argument("--channels", type=int, choices=[1, 3], default=None,
+                   help="image channels: 3 (RGB, default) or 1 (grayscale)")
+    g.add_argument("--batch-size", "-b", type=positive_int, default=None if inherit else 32,
+                   help="batch size per process")
+    g.add_argument("--workers", "-j", type=non_negative_int, default=0,
+                   help="data loader processes")
+    g.add_argument("--seed", type=seed_int, default=0, help="random seed (shuffling, augmentation)")
+    g.add_argument("--strict", action="store_true",
+                   help="fail on unreadable images instead of skipping them with a warning")
+
+
+def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -> None:
+    """--out, --resume, --overwrite, --device, --limit-batches, --stop-after, --no-progress,
+    and the speed options of :func:`add_accel_args` (the fields of ``RunOptions``)."""
+    g = p.add_argument_group("run")
+    add_out(g, out)
+    if resumable:
+        g.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its last.pt (same options)")
+        g.add_argument("--stop-after", type=positive_int, default=None, metavar="EPOCHS",
+                       help="stop after this epoch, as if interrupted (continue with --resume)")
+    g.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    add_device(g)
+    g.add_argument("--limit-batches", type=positive_int, default=None, metavar="N",
+                   help="use at most N batches per epoch for train and val (quick checks)")
+    add_no_progress(g)
+    add_accel_args(p)
+
+
+def add_accel_args(p: argparse.ArgumentParser) -> None:
+    """--amp, --channels-last, --compile (trtqat.train.accel; CNNs and encoders alike)."""
+    from trtqat.runopts import AMP_CHOICES
+
+    g = p.add_argument_group("speed (checkpoints stay float32)")
+    g.add_argument("--amp", choices=list(AMP_CHOICES), default=None,
+                   help="mixed precision: autocast the forward in bfloat16 or float16 (fp16: "
+                   "GPU only, with a gradient scaler)")
+    g.add_argument("--channels-last", action="store_true",
+                   help="NHWC weights and image batches (faster convolutions on GPUs; no "
+                   "effect on encoders)")
+    g.add_argument("--compile", action="store_true",
+                   help="run the model through torch.compile (calibrate: evaluation only; "
+                   "statistics are collected eagerly)")
+
+
+def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
+    """--lr, --min-lr, --momentum, --weight-decay, --opt, --label-smoothing."""
+    from trtqat.runopts import FP32_DEFAULTS, OPTIMIZERS
+
+    def default(name: str) -> Any:
+        return None if inherit else FP32_DEFAULTS[name]
+
+    g = p.add_argument_group("optimizer" + (" (default: derived from the FP32 run)"
+                                            if inherit else ""))
+    g.add_argument("--lr", type=finite_float(gt=0), default=default("lr"),
+                   help="peak learning rate"
+                   + (" (default: 1%% of the FP32 lr)" if inherit else ""))
+    g.add_argument("--min-lr", type=finite_float(ge=0), default=default("min_lr"),
+                   help="final learning rate of the cosine schedule"
+                   + (" (default: 1%% of --lr)" if inherit else ""))
+    g.add_argument("--momentum", type=finite_float(ge=0, lt=1), default=default("momentum"),
+                   help="SGD momentum (Nesterov)")
+    g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0),
+                   default=default("weight_decay"), help="weight decay")
+    g.add_argument("--opt", choices=list(OPTIMIZERS), default=default("opt"), help="optimizer")
+    g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1),
+                   default=default("label_smoothing"),
+                   help="label smoothing of the cross-entropy loss")
+
+
+# --------------------------------------------------------------------------- commands
+def command(subparsers: argparse._SubParsersAction, name: str, summary: str,
+            description: str, epilog: str) -> argparse.ArgumentParser:
+    """The parser of ``trtqat NAME`` with the shared help layout: ``summary`` in the command
+    list, ``description`` wrapped, ``epilog`` as written, defaults shown."""
+    return subparsers.add_parser(name, help=summary, description=fill(description),
+                                 epilog=epilog, formatter_class=formatter)
+
+
+# --------------------------------------------------------------------------- running
+def config_from(cls: type, args: argparse.Namespace) -> Any:
+    """Build the run config ``cls`` from the parsed options of the same names."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+              if hasattr(args, f.name)}
+    return cls(**values)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    """A verb's closing line (``result["summary"]``) on stderr, from rank 0 only."""
+    if os.environ.get("RANK", "0") == "0":
+        print(result["summary"], file=sys.stderr)
