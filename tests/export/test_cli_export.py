@@ -9,6 +9,7 @@ import pytest
 from export_testlib import make_tiny
 
 from trtqat.cli import main
+from trtqat.families.cnn import CNNFamily
 from trtqat.train.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -25,9 +26,8 @@ def test_int8_export_of_a_ptq_checkpoint(resnet18_int8):
 
 def test_validated_export_of_every_variant(tmp_path, monkeypatch, capsys):
     """The tiny model stands in for a torchvision one, so every check runs quickly."""
-    import trtqat.train.checkpoint as checkpoint
 
-    monkeypatch.setattr(checkpoint, "build_from_checkpoint", lambda ckpt, *_: make_tiny())
+    monkeypatch.setattr(CNNFamily, "load", lambda self, ckpt, *_: make_tiny())
     spec = {"arch": "tiny", "num_classes": 10, "image_size": 16, "quantized": True,
             "skip_layers": []}
     ckpt = save_checkpoint(tmp_path / "qat" / "best.pt",
@@ -100,9 +100,8 @@ def test_bad_arguments_are_refused(argv, resnet18_ptq_checkpoint):
 
 
 def test_fixed_batch_name(tmp_path, monkeypatch):
-    import trtqat.train.checkpoint as checkpoint
 
-    monkeypatch.setattr(checkpoint, "build_from_checkpoint", lambda ckpt, *_: make_tiny())
+    monkeypatch.setattr(CNNFamily, "load", lambda self, ckpt, *_: make_tiny())
     spec = {"arch": "tiny", "num_classes": 10, "image_size": 16, "quantized": True}
     ckpt = save_checkpoint(tmp_path / "best.pt", {"stage": "ptq", "model": spec,
                                                   "state_dict": {}})
