@@ -104,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(val_loader.dataset)} val images, {a.threads} thread(s)", flush=True)
 
     t = time.perf_counter()
-    fp32 = fit(model, train_loader, val_loader, a.epochs, a.lr, a.weight_decay,
-               a.warmup_epochs, "fp32", a.progress)["top1"]
+    va = fit(model, train_loader, val_loader, a.epochs, a.lr, a.weight_decay, a.warmup_epochs,
+             "fp32", a.progress)
+    fp32, losses = va["top1"], {"fp32": va["loss"]}
     times["fp32"] = time.perf_counter() - t
-    print(f"FP32               top-1 {fp32:6.2f}%   ({times['fp32']:.0f} s)", flush=True)
+    print(f"{'FP32':<22} top-1 {fp32:6.2f}%  val loss {va['loss']:.4f}  "
+          f"({times['fp32']:.0f} s)", flush=True)
 
     # PTQ: the quantized model rebuilt from a checkpoint-like dict by the family, as the
     # calibrate stage will do; one histogram pass, then one amax per calibrator
@@ -120,28 +122,32 @@ def main(argv: list[str] | None = None) -> int:
     ptq: dict[str, float] = {}
     for label, method, kwargs in CALIBRATORS:
         trtqat.compute_amax(qmodel, method, **kwargs)
-        ptq[label] = evaluate(qmodel, val_loader, progress=a.progress)["top1"]
-        print(f"PTQ {label:<15}top-1 {ptq[label]:6.2f}%", flush=True)
+        va = evaluate(qmodel, val_loader, progress=a.progress)
+        ptq[label], losses[f"ptq {label}"] = va["top1"], va["loss"]
+        print(f"PTQ {label:<18} top-1 {ptq[label]:6.2f}%  val loss {va['loss']:.4f}",
+              flush=True)
     times["ptq"] = time.perf_counter() - t
     best = max(ptq, key=lambda k: ptq[k])  # the first best, in CALIBRATORS order
     _, method, kwargs = next(c for c in CALIBRATORS if c[0] == best)
     trtqat.compute_amax(qmodel, method, **kwargs)
 
     t = time.perf_counter()
-    qat = fit(qmodel, train_loader, val_loader, a.qat_epochs, a.qat_lr, a.weight_decay, 0.0,
-              "qat", a.progress)["top1"]
+    va = fit(qmodel, train_loader, val_loader, a.qat_epochs, a.qat_lr, a.weight_decay, 0.0,
+             "qat", a.progress)
+    qat, losses["qat"] = va["top1"], va["loss"]
     times["qat"] = time.perf_counter() - t
     total = time.perf_counter() - start
     gap_ok = qat >= fp32 - TARGET_GAP
     above_ok = qat > ptq[best]
-    print(f"QAT INT8 (from {best}) top-1 {qat:6.2f}%   ({times['qat']:.0f} s)")
+    print(f"{'QAT INT8 (from ' + best + ')':<22} top-1 {qat:6.2f}%  val loss "
+          f"{losses['qat']:.4f}  ({times['qat']:.0f} s)")
     print(f"QAT - FP32 {qat - fp32:+.2f} points (target >= -{TARGET_GAP}): "
           f"{'PASS' if gap_ok else 'FAIL'}; QAT - best PTQ {qat - ptq[best]:+.2f} points "
           f"(target > 0): {'PASS' if above_ok else 'FAIL'}; total {total:.0f} s "
           f"({calib_batches_text(seen, a.batch_size)})")
     results: dict[str, Any] = {
         "model": a.model, "family": family.name, "fp32_top1": fp32, "ptq_top1": ptq,
-        "best_ptq": best, "qat_top1": qat, "qat_minus_fp32": qat - fp32,
+        "best_ptq": best, "qat_top1": qat, "val_loss": losses, "qat_minus_fp32": qat - fp32,
         "qat_minus_best_ptq": qat - ptq[best], "targets_met": gap_ok and above_ok,
         "times_s": times, "total_s": total,
         "config": {**vars(a), "torch": torch.__version__, "machine": platform.machine(),
