@@ -2,7 +2,8 @@
 
 ``vit_b_16`` with random weights at 224x224, built and quantized by the ViT family
 (``trtqat.families.of_model``), calibrated on a few synthetic batches (``--method``),
-exported as FP32 (the float torchvision model) and INT8 (TensorRT-style Q/DQ, lint-checked)
+exported as FP32 (the quantized model's float graph, as ``trtqat export`` writes it; ``--mha``
+adds torchvision's own ``nn.MultiheadAttention`` graph) and INT8 (TensorRT-style Q/DQ, lint-checked)
 with ``trtqat.export.export_onnx``, and built into ORT CPU engines: FP32 plain, INT8 with the
 ``qdq`` prepare step (``trtqat.engines.ort_qdq``, which applies the MatMul rewrites the
 family's ``engine_hints`` name). The engines run interleaved (alternating order each round)
@@ -52,6 +53,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--calib-batches", type=int, default=2)
     p.add_argument("--calib-batch-size", type=int, default=4)
     p.add_argument("--profile", action="store_true", help="ORT per-node profile of INT8")
+    p.add_argument("--mha", action="store_true",
+                   help="also time the FP32 export of torchvision's nn.MultiheadAttention")
     p.add_argument("--out", default="runs/vit_speed", help="results folder")
     return p.parse_args(argv)
 
@@ -89,12 +92,16 @@ def _export(args: argparse.Namespace, folder: Path, start: float) -> tuple[dict,
     _log(start, f"{args.model} ({family.name} family) quantized and calibrated ({args.method}, "
          f"{args.calib_batches} x {args.calib_batch_size} synthetic images)")
     paths = {"int8": folder / f"{args.model}_int8.onnx", "fp32": folder / f"{args.model}_fp32.onnx"}
-    for variant, net in (("int8", qmodel), ("fp32", model)):
+    nets = [("int8", "int8", qmodel), ("fp32", "fp32", qmodel)]  # fp32: quantizers disabled
+    if args.mha:
+        paths["fp32-mha"] = folder / f"{args.model}_fp32_mha.onnx"
+        nets.append(("fp32-mha", "fp32", model))
+    for key, variant, net in nets:
         # opset 18: the exporter's own; checking a random 1000-class network against PyTorch
         # says little (near-tied logits), the lint is run below
-        export_onnx(net, (calib[0][:1],), paths[variant], variant=variant, opset=18,
+        export_onnx(net, (calib[0][:1],), paths[key], variant=variant, opset=18,
                     validate=False)
-        _log(start, f"exported {paths[variant].name}")
+        _log(start, f"exported {paths[key].name}")
     lint = lint_model(paths["int8"])
     summary = {"findings": len(lint.findings), "summary": lint.summary()}
     import onnx
@@ -152,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out_dir = Path(args.out) / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, feeds, lint = _export(args, out_dir, start)
-    engines = {"fp32": build_engine(paths["fp32"], "ort", threads=threads, ort_prepare="none")}
+    engines = {k: build_engine(p, "ort", threads=threads, ort_prepare="none")
+               for k, p in paths.items() if k != "int8"}
     # min_top1=0: a random network's near-tied logits make the re-encoding's top-1 check
     # meaningless; the agreement figures are reported instead
     engines["int8"] = build_engine(paths["int8"], "ort", threads=threads, ort_prepare="qdq",
@@ -184,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "fp32_over_int8": spread["fp32"]["median_ms"] / spread["int8"]["median_ms"],
                 "top1_agreement_int8_vs_fp32": float(
                     (outs["int8"].argmax(-1) == outs["fp32"].argmax(-1)).mean())}
+            if "fp32-mha" in spread:
+                results["batches"][batch]["fp32_mha_over_int8"] = (
+                    spread["fp32-mha"]["median_ms"] / spread["int8"]["median_ms"])
             if args.profile:
                 results["batches"][batch]["int8_profile_ms"] = _profile(runners["int8"], feed)
                 results["batches"][batch]["fp32_profile_ms"] = _profile(runners["fp32"], feed)
@@ -218,6 +229,10 @@ def _print(results: dict[str, Any]) -> None:
               f"{i['median_ms']:12.1f} ({i['iqr_ms']:7.1f})  {ratio:6.2f}x "
               f"{'PASS' if ratio >= TARGET else 'FAIL'}  (top-1 agreement "
               f"{r['top1_agreement_int8_vs_fp32']:.2f}, {r['rounds']} rounds)")
+        if "fp32-mha" in r:
+            m = r["fp32-mha"]
+            print(f"       FP32 nn.MultiheadAttention graph: {m['median_ms']:.1f} "
+                  f"({m['iqr_ms']:.1f}) ms, {r['fp32_mha_over_int8']:.2f}x")
         for name in ("int8_profile_ms", "fp32_profile_ms"):
             if name in r:
                 top = ", ".join(f"{op} {ms:.1f}" for op, ms in list(r[name].items())[:8])

@@ -15,8 +15,9 @@ float. torchvision's ``nn.MultiheadAttention`` computes its projections inside
 :class:`ViTSelfAttention` (same weights, same float outputs) whose projections are
 ordinary Linear layers and whose attention core is the encoder family's
 (:func:`trtqat.transformers.attention.quant_attention_forward` with two ``QuantMatMul``).
-Float checkpoints keep torchvision's keys (``in_proj_weight``), so ``--weights`` of
-torchvision load as they are; quantized checkpoints hold ``q_proj``/``k_proj``/``v_proj``.
+Models built for training keep torchvision's module (and keys, ``in_proj_weight``), so
+torchvision ``--weights`` load as they are; quantized checkpoints hold
+``q_proj``/``k_proj``/``v_proj``, and :meth:`ViTFamily.load` reads both kinds.
 """
 
 from __future__ import annotations
@@ -233,8 +234,11 @@ class ViTFamily(CNNFamily):
 
     def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
         """The ViT a checkpoint describes (arch, num_classes, image_size, channels), with its
-        weights; ``quantized=True`` on a float checkpoint: an uncalibrated quantized copy,
-        ``False`` on a quantized one: the float model (q/k/v fused back)."""
+        weights; ``quantized=True`` on a float checkpoint: an uncalibrated quantized copy.
+
+        Float models come back with :class:`ViTSelfAttention` too (same outputs), so FP32,
+        FP16 and INT8 exports share one attention graph (ONNX Runtime 1.2x crashed building
+        the FP16 graph of ``nn.MultiheadAttention`` at its highest optimisation level)."""
         from trtqat.train.model_source import is_quantizer_key
 
         spec = ckpt["model"]
@@ -249,10 +253,13 @@ class ViTFamily(CNNFamily):
             self.quantize(model, skip)
             _fit(model, state, spec)
             return model
-        if holds_quant:
-            state = fuse_qkv_keys(state)
-        _fit(model, {k: v for k, v in state.items() if not is_quantizer_key(k)}, spec)
-        return self.quantize(model, skip) if quantized else model
+        # torchvision's keys (q/k/v fused back when the file holds split projections)
+        _fit(model, {k: v for k, v in fuse_qkv_keys(state).items() if not is_quantizer_key(k)},
+             spec)
+        if quantized:
+            return self.quantize(model, skip)
+        replace_attention(model)
+        return model
 
     def engine_hints(self) -> EngineHints:
         """ORT: fold the exporter's scale subgraphs, then fuse each quantized MatMul with its
