@@ -1,0 +1,299 @@
+"""Vision Transformers (torchvision ``VisionTransformer``): the third model family.
+
+Models: ``vit_tiny`` / ``vit_small`` (and ``vit``, an alias of ``vit_small``), small
+configurations that train from scratch on the 8x8 digits upscaled to ``--image-size``, and
+torchvision's ``vit_b_16``, ``vit_b_32``, ``vit_l_16``, ``vit_l_32``, ``vit_h_14`` (random
+weights, or a ``--weights`` file / cached torchvision weights). The image size is part of
+the architecture (the position embedding), so it must be a multiple of the patch size and is
+recorded in checkpoints.
+
+Quantization follows TensorRT's transformer placement: Q/DQ on the inputs of every
+Linear/MatMul (the patch-embedding ``conv_proj``, the q/k/v/out projections, the MLP, the
+head) and on both operands of the two attention matmuls; LayerNorm, Softmax and GELU stay
+float. torchvision's ``nn.MultiheadAttention`` computes its projections inside
+``F.multi_head_attention_forward``, so :meth:`ViTFamily.quantize` replaces each by a
+:class:`ViTSelfAttention` (same weights, same float outputs) whose projections are
+ordinary Linear layers and whose attention core is the encoder family's
+(:func:`trtqat.transformers.attention.quant_attention_forward` with two ``QuantMatMul``).
+Models built for training keep torchvision's module (and keys, ``in_proj_weight``), so
+torchvision ``--weights`` load as they are; quantized checkpoints hold
+``q_proj``/``k_proj``/``v_proj``, and :meth:`ViTFamily.load` reads both kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from trtqat.errors import QuantConfigError, TrtqatError
+from trtqat.families.base import EngineHints
+from trtqat.families.cnn import CNNFamily
+
+# Small configurations: train from scratch on digits (8x8 upscaled) in about a minute on
+# two CPU cores at the default --image-size 32 (8x8 patches of 4x4 pixels + a class token).
+SMALL_CONFIGS: dict[str, dict[str, int]] = {
+    "vit_tiny": {"patch_size": 4, "num_layers": 2, "num_heads": 2, "hidden_dim": 32,
+                 "mlp_dim": 64},
+    "vit_small": {"patch_size": 4, "num_layers": 4, "num_heads": 4, "hidden_dim": 64,
+                  "mlp_dim": 128},
+}
+ALIASES = {"vit": "vit_small"}
+TORCHVISION_VITS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
+SMALL_IMAGE_SIZE = 32        # the CNN default --image-size
+TORCHVISION_IMAGE_SIZE = 224
+QKV = ("q_proj", "k_proj", "v_proj")
+
+
+class ViTConfigError(TrtqatError, ValueError):
+    """A ViT cannot be built as asked (image size vs patch size, masks, checkpoint)."""
+
+
+def _attention_core():
+    # imported on use: trtqat.transformers imports trtqat.train, which may import families
+    from trtqat.transformers.attention import quant_attention_forward
+
+    return quant_attention_forward
+
+
+class ViTSelfAttention(nn.Module):
+    """``nn.MultiheadAttention`` (batch-first, no masks) with separate q/k/v Linear layers.
+
+    The core is the encoder family's attention: ``softmax(Q @ K^T * scaling) @ V`` through
+    the module's ``matmul_qk`` / ``matmul_av`` (``QuantMatMul``) once quantized, plain
+    ``torch.matmul`` before. Called like the module it replaces, ``(query, key, value,
+    need_weights=False)`` -> ``(output, weights or None)``.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True) -> None:
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ViTConfigError(f"hidden size {embed_dim} is not divisible by {num_heads} "
+                                 "heads: choose a head count that divides it")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scaling = self.head_dim ** -0.5
+        self.dropout = dropout
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    @classmethod
+    def from_mha(cls, mha: nn.MultiheadAttention) -> ViTSelfAttention:
+        """The equivalent module, holding copies of ``mha``'s weights."""
+        if not (mha._qkv_same_embed_dim and mha.batch_first) or mha.bias_k is not None \
+                or mha.add_zero_attn:
+            raise ViTConfigError("only batch-first self-attention without bias_k/bias_v or "
+                                 "zero attention (torchvision's ViT) can be quantized")
+        bias = mha.in_proj_bias is not None
+        new = cls(mha.embed_dim, mha.num_heads, mha.dropout, bias)
+        new.to(device=mha.in_proj_weight.device, dtype=mha.in_proj_weight.dtype)
+        with torch.no_grad():
+            for i, name in enumerate(QKV):
+                rows = slice(i * mha.embed_dim, (i + 1) * mha.embed_dim)
+                getattr(new, name).weight.copy_(mha.in_proj_weight[rows])
+                if bias:
+                    getattr(new, name).bias.copy_(mha.in_proj_bias[rows])
+            new.out_proj.weight.copy_(mha.out_proj.weight)
+            if mha.out_proj.bias is not None:
+                new.out_proj.bias.copy_(mha.out_proj.bias)
+        new.train(mha.training)
+        return new
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False,
+                attn_mask: torch.Tensor | None = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if key_padding_mask is not None or attn_mask is not None or is_causal:
+            raise ViTConfigError("ViTSelfAttention takes no attention mask (a ViT attends to "
+                                 "every patch)")
+        heads = (self.num_heads, self.head_dim)
+        q = self.q_proj(query).unflatten(-1, heads).transpose(1, 2)  # (N, H, L, D)
+        k = self.k_proj(key).unflatten(-1, heads).transpose(1, 2)
+        v = self.v_proj(value).unflatten(-1, heads).transpose(1, 2)
+        out, weights = _attention_core()(self, q, k, v, None, scaling=self.scaling,
+                                         dropout=self.dropout)
+        out = self.out_proj(out.flatten(2))  # (N, L, H, D) -> (N, L, E)
+        if not need_weights:
+            return out, None
+        return out, weights.mean(1) if average_attn_weights else weights
+
+
+def fuse_qkv_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state_dict with :class:`ViTSelfAttention` keys turned back into torchvision's
+    (``in_proj_weight``/``in_proj_bias``); quantizer buffers of the projections dropped."""
+    out = dict(state)
+    for key in [k for k in state if k.endswith(".q_proj.weight")]:
+        prefix = key[: -len("q_proj.weight")]
+        for param in ("weight", "bias"):
+            parts = [f"{prefix}{p}.{param}" for p in QKV]
+            if all(p in state for p in parts):
+                out[f"{prefix}in_proj_{param}"] = torch.cat([state[p] for p in parts])
+                for p in parts:
+                    out.pop(p)
+        for k in [k for k in out if k.startswith(tuple(f"{prefix}{p}." for p in QKV))]:
+            out.pop(k)  # the projections' quantizer buffers
+    return out
+
+
+def _square(image_size: Any, default: int) -> int:
+    if image_size is None:
+        return default
+    if isinstance(image_size, (tuple, list)):
+        if len(image_size) != 2 or image_size[0] != image_size[1]:
+            raise ViTConfigError(f"--image-size {image_size}: a ViT takes square images; "
+                                 "pass one size, e.g. --image-size 32")
+        image_size = image_size[0]
+    return int(image_size)
+
+
+class ViTFamily(CNNFamily):
+    """Vision Transformers: image classifiers with TensorRT's transformer Q/DQ placement."""
+
+    name = "vit"
+    task = "classification"
+    summary = ("Vision Transformers: vit (= vit_small), vit_tiny, vit_small, or torchvision's "
+               "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14")
+
+    def claims_model(self, model: str) -> bool:
+        """The small configurations, their alias ``vit`` and torchvision's ViT names."""
+        return model in SMALL_CONFIGS or model in ALIASES or model in TORCHVISION_VITS
+
+    def claims_checkpoint(self, ckpt: dict[str, Any]) -> bool:
+        """Checkpoints tagged ``model.family == "vit"``."""
+        return (ckpt.get("model") or {}).get("family") == self.name
+
+    def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
+        """A float ViT. Options: ``image_size`` (a multiple of the patch size; default 32 for
+        the small configurations, 224 for torchvision's), ``channels`` (default 3),
+        ``weights`` (a file or torchvision weights name, see ``model_source.load_weights``)."""
+        import torchvision
+
+        arch = ALIASES.get(model, model)
+        if not self.claims_model(model):
+            raise ViTConfigError(f"unknown ViT {model!r}: use one of "
+                                 f"{', '.join([*ALIASES, *SMALL_CONFIGS, *TORCHVISION_VITS])}")
+        if num_classes is not None and num_classes < 2:
+            raise ViTConfigError(f"--num-classes must be >= 2, got {num_classes}")
+        small = arch in SMALL_CONFIGS
+        size = _square(options.get("image_size"),
+                       SMALL_IMAGE_SIZE if small else TORCHVISION_IMAGE_SIZE)
+        patch = SMALL_CONFIGS[arch]["patch_size"] if small else int(arch.rsplit("_", 1)[1])
+        if size < patch or size % patch:
+            fit = max(patch, round(size / patch) * patch)
+            raise ViTConfigError(f"--image-size {size} is not a multiple of {model}'s patch "
+                                 f"size {patch}: use --image-size {fit}")
+        classes = num_classes or (10 if small else 1000)
+        if small:
+            net = torchvision.models.VisionTransformer(image_size=size, num_classes=classes,
+                                                       **SMALL_CONFIGS[arch])
+        else:
+            net = torchvision.models.get_model(arch, weights=None, image_size=size,
+                                               num_classes=classes)
+        # torchvision zeroes the head, which leaves an untrained ViT nothing to quantize there
+        net.heads.head.reset_parameters()
+        channels = int(options.get("channels") or 3)
+        if channels != 3:
+            old = net.conv_proj
+            net.conv_proj = nn.Conv2d(channels, old.out_channels, old.kernel_size, old.stride)
+        if options.get("weights"):
+            from trtqat.train.model_source import load_weights
+
+            load_weights(net, arch, str(options["weights"]), new_head=num_classes is not None)
+        return net
+
+    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
+        """In place: attention modules made quantizable (:class:`ViTSelfAttention`), Q/DQ on
+        every Conv/Linear input (weights per channel) and on both operands of the attention
+        matmuls; activations histogram-calibrated. ``skip_layers`` globs keep matching
+        layers (or whole attention modules, e.g. ``*.encoder_layer_0.*``) in float."""
+        from trtqat.quant.model_ops import QuantConfig, disable_layers, name_quantizers
+        from trtqat.quant.model_ops import quantize as quantize_layers
+        from trtqat.train.models import QUANT_DESC_INPUT
+        from trtqat.transformers.matmul import QuantMatMul
+
+        replace_attention(model)
+        attention = [m for m in model.modules() if isinstance(m, ViTSelfAttention)]
+        if not attention:
+            raise QuantConfigError(f"{type(model).__name__} has no multi-head attention for "
+                                   "the ViT family to quantize: quantize it as a CNN instead")
+        for m in attention:
+            if not isinstance(getattr(m, "matmul_qk", None), QuantMatMul):
+                m.matmul_qk = QuantMatMul(QUANT_DESC_INPUT)
+            if not isinstance(getattr(m, "matmul_av", None), QuantMatMul):
+                m.matmul_av = QuantMatMul(QUANT_DESC_INPUT)
+        quantize_layers(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
+        if skip_layers:
+            disable_layers(model, tuple(skip_layers))
+        name_quantizers(model)
+        return model
+
+    def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
+        """The ViT a checkpoint describes (arch, num_classes, image_size, channels), with its
+        weights; ``quantized=True`` on a float checkpoint: an uncalibrated quantized copy.
+
+        Float models come back with :class:`ViTSelfAttention` too (same outputs), so FP32,
+        FP16 and INT8 exports share one attention graph (ONNX Runtime 1.2x crashed building
+        the FP16 graph of ``nn.MultiheadAttention`` at its highest optimisation level)."""
+        from trtqat.train.model_source import is_quantizer_key
+
+        spec = ckpt["model"]
+        holds_quant = bool(spec.get("quantized"))
+        quantized = holds_quant if quantized is None else quantized
+        channels = (spec.get("preprocess") or {}).get("channels")
+        model = self.build(spec["arch"], int(spec["num_classes"]),
+                           image_size=spec.get("image_size"), channels=channels)
+        skip = tuple(spec.get("skip_layers") or ())
+        state = dict(ckpt["state_dict"])
+        if holds_quant and quantized:
+            self.quantize(model, skip)
+            _fit(model, state, spec)
+            return model
+        # torchvision's keys (q/k/v fused back when the file holds split projections)
+        _fit(model, {k: v for k, v in fuse_qkv_keys(state).items() if not is_quantizer_key(k)},
+             spec)
+        if quantized:
+            return self.quantize(model, skip)
+        replace_attention(model)
+        return model
+
+    def engine_hints(self) -> EngineHints:
+        """ORT: fold the exporter's scale subgraphs, then fuse each quantized MatMul with its
+        scale Mul and bias Add (``MatMulIntegerToFloat``, uint8 activations); the attention
+        matmuls then run on integer kernels. LayerNorm and Softmax stay fp32 in fp16 builds."""
+        return EngineHints(
+            ort_rewrites=("fold_constants", "prequantize_weights", "unify_quantizers",
+                          "reencode_uint8", "fuse_matmul_epilogues"),
+            fp16_sensitive_ops=("LayerNormalization", "Softmax"))
+
+
+def _fit(model: nn.Module, state: dict[str, torch.Tensor], spec: dict[str, Any]) -> None:
+    from trtqat.train.checkpoint import CheckpointError
+    from trtqat.train.model_source import ModelSourceError, fit_state_dict
+
+    try:
+        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
+                       f"{spec['num_classes']} classes")
+    except (ModelSourceError, RuntimeError) as exc:
+        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
+                              "architecture or --image-size") from None
+
+
+def replace_attention(model: nn.Module) -> int:
+    """Replace every ``nn.MultiheadAttention`` of ``model`` by a :class:`ViTSelfAttention`
+    holding its weights (in place); returns how many were replaced."""
+    count = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.MultiheadAttention):
+                setattr(parent, name, ViTSelfAttention.from_mha(child))
+                count += 1
+    return count
+
+
+__all__ = ["ALIASES", "SMALL_CONFIGS", "TORCHVISION_VITS", "ViTConfigError", "ViTFamily",
+           "ViTSelfAttention", "fuse_qkv_keys", "replace_attention"]
