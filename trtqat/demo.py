@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trtqat.compare.run import CompareConfig, compare
+from trtqat.engines.registry import DEFAULT_BACKEND
 from trtqat.errors import TrtqatError
 
 # (method, percentile) of every PTQ baseline
@@ -30,13 +31,13 @@ class DemoConfig:
     model: str = "resnet18"
     data: str = "digits"
     image_size: int | tuple[int, int] = 32
-    epochs: int = 15
+    epochs: int | None = None  # None: the family's FP32 recipe (15 for CNNs, 30 for ViTs)
     calib_batches: int = 8
     qat_epochs: int | None = None
     runs: str = "runs/demo"
     export_dir: str = "export"
     out: str = "engines"
-    backend: str = "ort"
+    backend: str = DEFAULT_BACKEND
     batch_sizes: tuple[int, ...] = (1, 32)
     duration_s: float = 1.0
     threads: int | None = None
@@ -47,7 +48,8 @@ class DemoConfig:
     def __post_init__(self) -> None:
         from trtqat.train.data_sources import hw
 
-        if self.epochs < 1 or self.calib_batches < 1 or min(hw(self.image_size)) < 8:
+        if ((self.epochs is not None and self.epochs < 1) or self.calib_batches < 1
+                or min(hw(self.image_size)) < 8):
             raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
 
 
@@ -86,16 +88,17 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, 
     root = Path(cfg.runs)
     fp32 = root / "fp32"
     common = {"progress": cfg.progress, "device": cfg.device}  # the training stages' device
+    train_cfg = TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
+                            epochs=cfg.epochs, out=str(fp32), **common)
 
     echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {size_text(cfg.image_size)}, "
-         f"{cfg.epochs} epochs -> {fp32}")
-    if not cfg.fresh and _fp32_complete(fp32, cfg.epochs):
+         f"{train_cfg.epochs} epochs -> {fp32}")
+    if not cfg.fresh and _fp32_complete(fp32, train_cfg.epochs):
         echo("      reusing the finished run (--fresh to redo)")
     else:
         resume = not cfg.fresh and (fp32 / "last.pt").is_file()
-        family.run_train(TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
-                                     epochs=cfg.epochs, out=str(fp32), resume=resume,
-                                     overwrite=not resume, **common))
+        train_cfg.resume, train_cfg.overwrite = resume, not resume
+        family.run_train(train_cfg)
 
     echo(f"[2/4] PTQ: {len(CALIBRATORS)} calibrators on {cfg.calib_batches} batches each")
     ptq_results: dict[Path, float] = {}

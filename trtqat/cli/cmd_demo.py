@@ -6,6 +6,7 @@ import argparse
 
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
+from trtqat.engines.registry import backends_help, default_backend
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,10 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(report.md, report.json, report.png). Finished stages are reused unless --fresh.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     O.add_model(p, "resnet18", "image classifier of any image family: a torchvision or timm "
-                "name, or path/to/file.py:factory")
+                "name, path/to/file.py:factory, or vit (a small Vision Transformer)")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
     O.add_image_size(p, 32, "input resolution: N (square) or HxW, at least 8")
-    p.add_argument("--epochs", type=V.positive_int, default=15, help="FP32 training epochs")
+    p.add_argument("--epochs", type=V.positive_int, default=None,
+                   help="FP32 training epochs (default: the family's recipe, 15 for CNNs, 30 "
+                   "for Vision Transformers)")
     p.add_argument("--calib-batches", type=V.positive_int, default=8,
                    help="batches per PTQ calibration")
     p.add_argument("--runs", default="runs/demo", type=V.writable_dir,
@@ -30,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--export-dir", default="export", type=V.writable_dir,
                    help="where the ONNX variants go")
     O.add_out(p, "engines", "where engines and the report go", metavar=None)
-    p.add_argument("--backend", default="ort", help="ort or tensorrt")
+    p.add_argument("--backend", default=default_backend(), help=backends_help())
     p.add_argument("--batch-sizes", type=V.int_list, default=(1, 32),
                    help="latency at the first, throughput at the last")
     p.add_argument("--duration", type=V.finite_float(gt=0, unit="seconds"), default=1.0,

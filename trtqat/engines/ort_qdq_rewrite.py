@@ -266,11 +266,26 @@ def _plan_output_quantizers(g: Graph) -> list[tuple[str, float | None]]:
         users = g.consumers.get(point, [])
         if not users or point in g.outputs:
             continue
-        if not all(u.op_type in FUSABLE + ("QuantizeLinear",) or u.op_type in PASS_THROUGH
-                   for u in users):
+        if not _feeds_only_fusable(g, point):
             continue
         planned[point] = _downstream_scale(g, point)
     return list(planned.items())
+
+
+def _feeds_only_fusable(g: Graph, name: str, depth: int = 8) -> bool:
+    """Every path from ``name`` through pass-through ops (Reshape, Transpose, ...) ends in a
+    fusable op or a QuantizeLinear: a quantized output then costs no extra rounding (a ViT's
+    patch embedding ends in a Concat with the float class token: it is left alone)."""
+    users = g.consumers.get(name, [])
+    if not users or depth == 0 or name in g.outputs:
+        return False
+    for user in users:
+        if user.op_type in FUSABLE or user.op_type == "QuantizeLinear":
+            continue
+        if user.op_type not in PASS_THROUGH or not all(
+                _feeds_only_fusable(g, out, depth - 1) for out in user.output if out):
+            return False
+    return True
 
 
 def insert_output_quantizers(g: Graph, ranges: RangeFn | None) -> dict[str, int]:

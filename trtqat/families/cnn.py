@@ -118,8 +118,10 @@ class CNNFamily(ModelFamily):
 
     def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
                ) -> dict[str, Any]:
-        """calibrate: entropy; qat: TensorRT's guidance from the FP32 run the checkpoint
+        """train: the FP32 defaults; calibrate: entropy; qat: TensorRT's guidance from the FP32 run the checkpoint
         records (10% of its epochs, 1% of its lr, cosine to 1% of that), cross-entropy."""
+        if stage == "train":
+            return {}  # trtqat.runopts.FP32_DEFAULTS: SGD, lr 0.05, 15 epochs
         if stage == "calibrate":
             return {"method": "entropy"}
         from trtqat.train.qat import classifier_recipe

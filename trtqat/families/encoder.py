@@ -61,6 +61,8 @@ class EncoderFamily(ModelFamily):
         ("distill") from the FP32 teacher, AdamW, 3 epochs at 1e-4 (cosine to 1%)."""
         from trtqat.transformers.runs import calibrate_recipe, qat_recipe
 
+        if stage == "train":
+            return {}  # encoders are not trained from scratch: run_train refuses them
         if stage == "calibrate":
             return calibrate_recipe(cfg)
         return qat_recipe(cfg, source or {"model": {}})

@@ -206,6 +206,14 @@ class ViTFamily(CNNFamily):
             load_weights(net, arch, str(options["weights"]), new_head=num_classes is not None)
         return net
 
+    def arch(self, model: str) -> str:
+        """The configuration name a checkpoint records (``vit`` is ``vit_small``)."""
+        return ALIASES.get(model, model)
+
+    def origin(self, model: str) -> dict[str, Any]:
+        """Checkpoint ``model.source``: the configuration, built by this family."""
+        return {"model": self.arch(model), "kind": self.name}
+
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
         """In place: attention modules made quantizable (:class:`ViTSelfAttention`), Q/DQ on
         every Conv/Linear input (weights per channel) and on both operands of the attention
@@ -260,6 +268,18 @@ class ViTFamily(CNNFamily):
             return self.quantize(model, skip)
         replace_attention(model)
         return model
+
+    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """train: AdamW at 2e-3 (weight decay 0.05), 30 epochs of 64 (transformers trained
+        from scratch diverge with the CNN's SGD at 0.05); calibrate: mse (entropy clips the
+        softmax probabilities); qat: the CNN rule on the FP32 run's schedule."""
+        if stage == "train":
+            return {"opt": "adamw", "lr": 2e-3, "weight_decay": 0.05, "epochs": 30,
+                    "batch_size": 64}
+        if stage == "calibrate":
+            return {"method": "mse"}
+        return super().recipe(stage, cfg, source)
 
     def engine_hints(self) -> EngineHints:
         """ORT: fold the exporter's scale subgraphs, then fuse each quantized MatMul with its

@@ -31,7 +31,10 @@ class TrainConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
     warmup_epochs: float = 1.0
 
     def __post_init__(self) -> None:
-        R.fill_defaults(self, FP32_DEFAULTS)
+        from trtqat import families
+
+        family = families.of_model(self.model or FP32_DEFAULTS["model"])
+        R.fill_defaults(self, {**FP32_DEFAULTS, **family.recipe("train", self)})
         super().__post_init__()
         R.check_data(self)
         R.check_schedule(self)
@@ -65,7 +68,8 @@ def train_classifier(cfg: TrainConfig, family: Any) -> dict[str, Any]:
                          resize=prep.resize, mean=prep.mean, std=prep.std,
                          channels=prep.channels)
         resume_ckpt = R.load_resume(out, "fp32", args, ctx) if cfg.resume else None
-        model, source = build_float_model(family, cfg.model, num_classes, cfg.weights)
+        model, source = build_float_model(family, cfg.model, num_classes, cfg.weights,
+                                          image_size=prep.image_size, channels=prep.channels)
         model = acc.prepare(model.to(ctx.device))
         spec = {"arch": family.arch(cfg.model), "family": family.name,
                 "num_classes": num_classes, "image_size": prep.image_size, "quantized": False,
@@ -106,10 +110,11 @@ def train_classifier(cfg: TrainConfig, family: Any) -> dict[str, Any]:
         return {**result, "out": str(out)}
 
 
-def build_float_model(family: Any, source: str, num_classes: int, weights: str | None = None
-                      ) -> tuple[nn.Module, dict[str, Any]]:
-    """The float model to train (``family.build``) and the record of where it came from."""
-    model = family.build(source, num_classes)
+def build_float_model(family: Any, source: str, num_classes: int, weights: str | None = None,
+                      **geometry: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """The float model to train (``family.build``, given the input ``geometry``:
+    ``image_size``, ``channels``) and the record of where it came from."""
+    model = family.build(source, num_classes, **geometry)
     info = family.origin(source)
     if weights:
         info.update(load_weights(model, source, weights, new_head=True))

@@ -192,7 +192,8 @@ def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any
     its checkpoint ``model`` spec (the class count read from the output when not given)."""
     from trtqat.train.model_source import load_weights, output_classes
 
-    model = family.build(cfg.model, cfg.num_classes)
+    model = family.build(cfg.model, cfg.num_classes, image_size=prep.image_size,
+                         channels=prep.channels)
     info = family.origin(cfg.model)
     if cfg.weights:
         info.update(load_weights(model, cfg.model, cfg.weights))
