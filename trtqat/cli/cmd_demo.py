@@ -7,18 +7,16 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
 
-SUMMARY = ("the whole pipeline on the bundled digits data: train, PTQ, QAT, export, engines, "
-           "benchmark, report")
-DESCRIPTION = ("FP32 training of ResNet18 on scikit-learn's digits (32x32), PTQ with every "
-               "calibrator (max, percentile 99.9/99.99, MSE, entropy), QAT from the best PTQ "
-               "model, export of every ONNX variant, engines, trtexec-style benchmark and a "
-               "report (report.md, report.json, report.png). Finished stages are reused unless "
-               "--fresh.")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat demo`` to the command line."""
-    p = O.command(subparsers, "demo", SUMMARY, DESCRIPTION)
+    p = O.command(
+        subparsers, "demo", "the whole pipeline on the bundled digits data: train, PTQ, QAT, "
+        "export, engines, benchmark, report",
+        "FP32 training of ResNet18 on scikit-learn's digits (32x32), PTQ with every calibrator "
+        "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best PTQ model, export of "
+        "every ONNX variant, engines, trtexec-style benchmark and a report (report.md, "
+        "report.json, report.png). Finished stages are reused unless --fresh.")
     O.add_model(p, "resnet18", "image classifier of any image family: a torchvision or timm "
                 "name, or path/to/file.py:factory")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
