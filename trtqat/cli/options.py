@@ -3,9 +3,10 @@
 Each option that more than one command takes is spelled here, once, with one short form
 where it has one (``--out/-o``, ``--model/-m``, ``--checkpoint/-c``, ``--batch-size/-b``,
 ``--workers/-j``) and one type; a command picks the options and groups it takes and may word
-an option's help (and its default) for itself. ``tests/test_cli_options.py`` walks every
-subcommand's parser to hold this:
+an option's help (and its default) for itself (``tests/test_cli_options.py`` walks every
+subcommand's parser to hold this):
 
+    p = command(subparsers, "train", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("model")
     add_model(g, default="resnet18", help="...")
     add_data_args(p)            # --data, --image-size, preprocessing, batches, --seed, ...
