@@ -26,14 +26,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trtqat.compare.report import UNSTABLE_SPREAD, VariantResult  # noqa: E402
 from trtqat.compare.timing import Timed, time_interleaved  # noqa: E402
-from trtqat.zoo import ZOO, ZooResult, format_results, quantized_model, run_ptq  # noqa: E402
+from trtqat.zoo import (  # noqa: E402
+    USUAL_SIZE,
+    ZOO,
+    ZooResult,
+    format_results,
+    quantized_model,
+    run_ptq,
+)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(m for m, _, _ in ZOO.values()),
+    p.add_argument("--models", default=",".join(ZOO.values()),
                    help="comma-separated torchvision names (default: one per family)")
-    p.add_argument("--size", type=int, default=None, help="input size (default: usual, 224)")
+    p.add_argument("--size", type=int, default=None, help=f"input size (default: {USUAL_SIZE})")
     p.add_argument("--batch", type=int, default=1, help="timed batch size")
     p.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
     p.add_argument("--duration", type=float, default=3.0, help="s per engine, over all rounds")
@@ -69,10 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
-    usual = {m: s for m, _, s in ZOO.values()}
     rows: list[tuple[ZooResult, VariantResult, VariantResult]] = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        size = args.size or usual.get(name, 224)
+        size = args.size or USUAL_SIZE
         print(f"{name} at {size} px: calibrate, export, lint, engine ...", flush=True)
         model = quantized_model(name)
         result = run_ptq(name, size, out, model=model, engine_threads=args.threads)

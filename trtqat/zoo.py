@@ -21,21 +21,14 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-# family -> (member the issue names, smallest member), usual input size
-ZOO: dict[str, tuple[str, str, int]] = {
-    "resnet": ("resnet50", "resnet18", 224),
-    "mobilenet_v2": ("mobilenet_v2", "mobilenet_v2", 224),
-    "mobilenet_v3": ("mobilenet_v3_small", "mobilenet_v3_small", 224),
-    "efficientnet": ("efficientnet_b0", "efficientnet_b0", 224),
-    "regnet": ("regnet_y_400mf", "regnet_x_400mf", 224),
-    "convnext": ("convnext_tiny", "convnext_tiny", 224),
-    "shufflenet": ("shufflenet_v2_x1_0", "shufflenet_v2_x0_5", 224),
-    "densenet": ("densenet121", "densenet121", 224),
-    "vgg": ("vgg11_bn", "vgg11_bn", 224),
-    "squeezenet": ("squeezenet1_1", "squeezenet1_1", 224),
-    "vit": ("vit_b_16", "vit_b_16", 224),
-    "swin": ("swin_t", "swin_t", 224),
+# family -> the member benchmarks/zoo.py runs (the one the issue names), at USUAL_SIZE px
+ZOO: dict[str, str] = {
+    "resnet": "resnet50", "mobilenet_v2": "mobilenet_v2", "mobilenet_v3": "mobilenet_v3_small",
+    "efficientnet": "efficientnet_b0", "regnet": "regnet_y_400mf", "convnext": "convnext_tiny",
+    "shufflenet": "shufflenet_v2_x1_0", "densenet": "densenet121", "vgg": "vgg11_bn",
+    "squeezenet": "squeezenet1_1", "vit": "vit_b_16", "swin": "swin_t",
 }
+USUAL_SIZE = 224
 
 
 @dataclass

@@ -6,19 +6,20 @@ import argparse
 import time
 from typing import Any
 
+from trtqat.cli import options as O
 from trtqat.cli.exec_cmd import add_build_arguments, build_options_from_args, warn_ignored_flags
-from trtqat.cli.validate import check_engine_outputs, writable_file
+from trtqat.cli.validate import check_engine_outputs
+
+SUMMARY = "build an engine (ONNX Runtime or TensorRT) from an ONNX file"
+DESCRIPTION = ("Build an engine from an ONNX file and save it. Benchmark it with "
+               "'trtqat-exec --loadEngine=FILE'.")
 
 
 def register(subparsers: Any) -> None:
     """Add the ``build`` subcommand."""
-    parser = subparsers.add_parser(
-        "build", help="build an engine (ONNX Runtime or TensorRT) from an ONNX file",
-        description="Build an engine from an ONNX file and save it. Benchmark it with "
-        "'trtqat-exec --loadEngine=FILE'.")
-    parser.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX model")
-    parser.add_argument("--out", required=True, metavar="FILE", type=writable_file,
-                        help="engine file to write")
+    parser = O.command(subparsers, "build", SUMMARY, DESCRIPTION)
+    O.add_onnx(parser, required=True)
+    O.add_out(parser, None, "engine file to write", metavar="FILE", file=True, required=True)
     add_build_arguments(parser)
     parser.set_defaults(func=run)
 

@@ -43,12 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "the expected architecture; encoder: 'minilm' or a Hugging Face BERT-family "
                 "folder")
     O.add_weights(g)
-    g.add_argument("--num-classes", type=int, default=None,
-                   help="with --model: output classes (default: the model's own)")
+    O.add_num_classes(g, "with --model: output classes (default: the model's own)")
     g = p.add_argument_group("encoders (--model minilm|FOLDER; --data builtin|FILE.txt, "
                              "default builtin)")
-    g.add_argument("--num-sentences", type=positive_int, default=512,
-                   help="calibration sentences from the corpus' training split")
+    O.add_num_sentences(g, 512, "calibration sentences from the corpus' training split")
     O.add_max_length(g, 128, "tokens per sentence (truncation)")
     g.add_argument("--fp32-out", default=None, metavar="RUN_DIR", type=writable_dir,
                    help="where the FP32 reference checkpoint goes (default: OUT/../fp32)")

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
+from trtqat.cli import options as O
+
+SUMMARY = "check Q/DQ placement for fully INT8 TensorRT engines"
 DESCRIPTION = (
     "Check that an ONNX file's Q/DQ nodes let TensorRT build a fully INT8 engine: DQ on every "
     "Conv/Gemm/MatMul input, per-channel weight scales on the right axis, zero-points 0, "
@@ -11,17 +16,16 @@ DESCRIPTION = (
     "'skipped on purpose', not warned about. Exits 1 on errors.")
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``lint`` subcommand."""
-    p = subparsers.add_parser("lint", description=DESCRIPTION,
-                              help="check Q/DQ placement for fully INT8 TensorRT engines")
+    p = O.command(subparsers, "lint", SUMMARY, DESCRIPTION)
     p.add_argument("onnx", nargs="+", help="ONNX file(s)")
     p.add_argument("--strict", action="store_true", help="fail on warnings too")
     p.add_argument("--errors-only", action="store_true", help="print errors only")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Lint each file; 1 if any has errors (or warnings with --strict)."""
     from trtqat.export.lint import format_report, lint_model
 

@@ -4,62 +4,55 @@ from __future__ import annotations
 
 import argparse
 
-from trtqat.cli.cmd_train import fill, formatter, image_size_arg
-from trtqat.cli.validate import non_negative_int, positive_int, writable_dir
+from trtqat.cli import options as O
+from trtqat.cli.validate import non_negative_int, positive_int
+
+SUMMARY = "rank quantized layers by their accuracy cost; suggest which to leave in float"
+DESCRIPTION = (
+    "Evaluate a calibrated (ptq/qat) checkpoint on validation batches held in memory with one "
+    "layer switched at a time: --mode one-on quantizes only that layer (harm vs FP32), one-off "
+    "quantizes every layer but that one (recovery vs fully quantized). Ranks the layers, prints "
+    "the top offenders and the time taken, and writes sensitivity.json and sensitivity.png.")
+EPILOG = ("examples:\n  trtqat sensitivity --checkpoint runs/ptq/best.pt\n"
+          "  trtqat sensitivity -c runs/ptq/best.pt --mode one-off --metric loss --suggest 2\n\n"
+          "A layer is a module owning quantizers (layer1.0.conv1) or a standalone quantizer\n"
+          "(layer1.0.residual_quantizer); pass those names to --skip-layers of calibrate, qat\n"
+          "and export.")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat sensitivity`` to the command line."""
-    p = subparsers.add_parser(
-        "sensitivity", help="rank quantized layers by their accuracy cost; suggest which to "
-        "leave in float",
-        description=fill(
-            "Evaluate a calibrated (ptq/qat) checkpoint on validation batches held in memory "
-            "with one layer switched at a time: --mode one-on quantizes only that layer "
-            "(harm vs FP32), one-off quantizes every layer but that one (recovery vs fully "
-            "quantized). Ranks the layers, prints the top offenders and the time taken, and "
-            "writes sensitivity.json and sensitivity.png."),
-        epilog="examples:\n  trtqat sensitivity --checkpoint runs/ptq/best.pt\n"
-        "  trtqat sensitivity -c runs/ptq/best.pt --mode one-off --metric loss --suggest 2\n\n"
-        "A layer is a module owning quantizers (layer1.0.conv1) or a standalone quantizer\n"
-        "(layer1.0.residual_quantizer); pass those names to --skip-layers of calibrate, qat\n"
-        "and export.", formatter_class=formatter)
-    p.add_argument("--checkpoint", "-c", required=True, metavar="PATH",
-                   help="calibrated checkpoint (a .pt of calibrate/qat, or its run folder)")
+    p = O.command(subparsers, "sensitivity", SUMMARY, DESCRIPTION, EPILOG)
+    O.add_checkpoint(p, required=True, help="calibrated checkpoint (a .pt of calibrate/qat, or "
+                     "its run folder)")
     p.add_argument("--mode", choices=["one-on", "one-off"], default="one-on",
                    help="one-on: only that layer quantized; one-off: all but that layer")
     p.add_argument("--metric", choices=["top1", "loss", "output-mse"], default="top1",
                    help="ranking metric (ties broken by loss, then output MSE)")
-    p.add_argument("--batches", "--limit-batches", type=positive_int, default=None, metavar="N",
-                   help="validation batches to use (default: the whole split)")
-    p.add_argument("--batch-size", "-b", type=positive_int, default=None,
-                   help="images per batch (default: the checkpoint's)")
-    p.add_argument("--data", default=None, metavar="digits|synthetic|PATH",
-                   help="validation data (default: the checkpoint's)")
-    p.add_argument("--image-size", type=image_size_arg, default=None, metavar="N|HxW",
-                   help="input resolution (default: the checkpoint's)")
+    O.add_limit_batches(p, "validation batches to use (default: the whole split)",
+                        dest="batches", alias="--batches")
+    O.add_batch_size(p, None, "images per batch (default: the checkpoint's)")
+    O.add_data(p, None, "validation data (default: the checkpoint's)")
+    O.add_image_size(p, None, "input resolution (default: the checkpoint's)")
     p.add_argument("--suggest", type=non_negative_int, default=0, metavar="K",
                    help="pick the K top-ranked layers to leave in float, evaluate that model "
                    "and print the commands that apply it")
     p.add_argument("--top", type=positive_int, default=10, help="layers shown in the table")
-    p.add_argument("--out", "-o", default=None, metavar="DIR", type=writable_dir,
-                   help="output folder (default: <checkpoint folder>/sensitivity)")
+    O.add_out(p, None, "output folder (default: <checkpoint folder>/sensitivity)", metavar="DIR")
     p.add_argument("--no-cache", dest="cache", action="store_false",
                    help="full forward passes instead of re-running only what is downstream "
                    "of each layer (same numbers, slower)")
-    p.add_argument("--device", default="cpu", help="cpu, auto, cuda or cuda:N")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar")
+    O.add_device(p, "cpu, auto, cuda or cuda:N", default="cpu")
+    O.add_no_progress(p, "no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat sensitivity``."""
-    from trtqat.cli.cmd_train import config_from
     from trtqat.train.sensitivity import SensitivityConfig, sensitivity
     from trtqat.train.sensitivity_report import format_suggestion, format_table
 
-    result = sensitivity(config_from(SensitivityConfig, args))
+    result = sensitivity(O.config_from(SensitivityConfig, args))
     print(format_table(result, args.top))
     if result.suggestion:
         print(format_suggestion(result))

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trtqat.cli import options as O
-
-# export, compare and sensitivity still import these helpers from here (they live in options)
-from trtqat.cli.options import config_from, csv, fill, formatter, image_size_arg  # noqa: F401
-from trtqat.cli.validate import finite_float, int_range, positive_int
+from trtqat.cli.validate import finite_float
 
 SUMMARY = "FP32 training of a torchvision classification model"
 DESCRIPTION = ("Train a torchvision classification model in FP32 with SGD and a "
@@ -25,12 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     O.add_model(g, "resnet18", "torchvision classification model name (resnet18, "
                 "mobilenet_v2, ...), a timm name (resnet50.a1_in1k; needs timm), or "
                 "path/to/file.py:factory")
-    g.add_argument("--num-classes", type=int_range(2), default=None,
-                   help="output classes (default: the data set's)")
+    O.add_num_classes(g, "output classes (default: the data set's)")
     O.add_weights(g)
     O.add_data_args(p)
     g = p.add_argument_group("schedule")
-    g.add_argument("--epochs", type=positive_int, default=15, help="training epochs")
+    O.add_epochs(g, 15, "training epochs")
     g.add_argument("--warmup-epochs", type=finite_float(ge=0, unit="epochs"), default=1.0,
                    help="linear warm-up before the cosine decay (at most half the run)")
     O.add_optim_args(p)

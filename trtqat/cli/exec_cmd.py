@@ -19,6 +19,7 @@ from typing import Any
 
 from trtqat.cli.exec_feed import make_feed
 from trtqat.cli.guard import run_guarded
+from trtqat.cli.options import add_backend, add_onnx, add_threads
 from trtqat.cli.parsing import dry_run_line, dry_run_requested
 from trtqat.cli.validate import OneLineParser, check_engine_outputs, writable_file
 
@@ -60,9 +61,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``trtqat-exec`` and ``trtqat build`` (trtexec spellings)."""
     from trtqat.engines.registry import backends_help
 
-    parser.add_argument("--backend", default=None,
-                        help=backends_help("the default for --onnx")
-                        + "; --loadEngine takes it from the file")
+    add_backend(parser, None, backends_help("the default for --onnx")
+                + "; --loadEngine takes it from the file")
     for flag, text in (("--shapes", "run shapes (alone, also min=opt=max when building)"),
                        ("--minShapes", "profile minimum shapes"), ("--optShapes", "profile "
                        "optimum shapes"), ("--maxShapes", "profile maximum shapes")):
@@ -75,9 +75,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memPoolSize", metavar="workspace:1024", help="pool sizes, MiB default")
     parser.add_argument("--builderOptimizationLevel", type=int, metavar="N", help="0..5")
     parser.add_argument("--timingCacheFile", metavar="FILE", help="TensorRT timing cache")
-    parser.add_argument("--threads", type=int, nargs="?", const=None, metavar="N",
-                        help="ONNX Runtime intra-op threads (bare, trtexec's multithreading "
-                        "switch: ignored)")
+    add_threads(parser, "ONNX Runtime intra-op threads (bare, trtexec's multithreading "
+                "switch: ignored)", bare=True)
     parser.add_argument("--providers", metavar="cpu|cuda|tensorrt,...",
                         help="ONNX Runtime execution providers (default cpu)")
     parser.add_argument("--profilingVerbosity", metavar="layer_names_only|detailed|none",
@@ -149,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Build and benchmark an engine the way trtexec does.")
     model = p.add_argument_group("model")
-    model.add_argument("--onnx", metavar="FILE", help="build from this ONNX model")
+    add_onnx(model, help="build from this ONNX model")
     model.add_argument("--loadEngine", metavar="FILE", help="load a saved engine")
     model.add_argument("--saveEngine", metavar="FILE", type=writable_file,
                        help="save the built engine")

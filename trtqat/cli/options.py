@@ -1,9 +1,12 @@
 """Command-line options defined once, for every ``trtqat`` command.
 
-Each option is spelled in one place, with one short form where it has one (``--out/-o``,
-``--model/-m``, ``--checkpoint/-c``, ``--batch-size/-b``, ``--workers/-j``); a command picks
-the groups it takes and may word an option's help for itself:
+Each option that more than one command takes is spelled here, once, with one short form
+where it has one (``--out/-o``, ``--model/-m``, ``--checkpoint/-c``, ``--batch-size/-b``,
+``--workers/-j``) and one type; a command picks the options and groups it takes and may word
+an option's help (and its default) for itself (``tests/test_cli_options.py`` walks every
+subcommand's parser to hold this):
 
+    p = command(subparsers, "train", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("model")
     add_model(g, default="resnet18", help="...")
     add_data_args(p)            # --data, --image-size, preprocessing, batches, --seed, ...
@@ -26,11 +29,13 @@ from typing import Any
 from trtqat.cli.validate import (
     BadValue,
     finite_float,
+    int_list,
     int_range,
     non_negative_int,
     positive_int,
     seed_int,
     writable_dir,
+    writable_file,
 )
 
 Group = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -63,6 +68,9 @@ def csv(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
+SECONDS = finite_float(gt=0, unit="seconds")
+
+
 def image_size_arg(text: str) -> int | tuple[int, int]:
     """argparse type of --image-size/--resize: N or HxW."""
     from trtqat.train.data_sources import DataSourceError, parse_size
@@ -75,10 +83,11 @@ def image_size_arg(text: str) -> int | tuple[int, int]:
 
 # --------------------------------------------------------------------------- single options
 def add_out(g: Group, default: str | None, help: str = "run folder: args.yaml, metrics.jsonl, "
-            "last.pt, best.pt", metavar: str = "RUN_DIR") -> None:
-    """``--out/-o``: the folder a command writes."""
-    g.add_argument("--out", "-o", default=default, metavar=metavar, type=writable_dir,
-                   help=help)
+            "last.pt, best.pt", metavar: str | None = "RUN_DIR", file: bool = False,
+            required: bool = False) -> None:
+    """``--out/-o``: the folder a command writes (``file=True``: the one file it writes)."""
+    g.add_argument("--out", "-o", default=default, required=required, metavar=metavar,
+                   type=writable_file if file else writable_dir, help=help)
 
 
 def add_model(g: Group, default: str | None = None, help: str = "the model") -> None:
@@ -91,6 +100,11 @@ def add_checkpoint(g: Group, required: bool = False, help: str = "checkpoint (a 
     """``--checkpoint/-c``: the input checkpoint."""
     g.add_argument("--checkpoint", "-c", required=required, default=None, metavar="PATH",
                    help=help)
+
+
+def add_onnx(g: Group, required: bool = False, help: str = "the ONNX model") -> None:
+    """``--onnx FILE``: the one ONNX model an engine is built from."""
+    g.add_argument("--onnx", required=required, metavar="FILE", help=help)
 
 
 def add_data(g: Group, default: str | None = "digits", help: str = DATA_HELP,
@@ -106,12 +120,35 @@ def add_image_size(g: Group, default: Any = 32, help: str = "input resolution: N
                    help=help)
 
 
+def add_batch_size(g: Group, default: int | None, help: str = "batch size per process") -> None:
+    """``--batch-size/-b``."""
+    g.add_argument("--batch-size", "-b", type=positive_int, default=default, help=help)
+
+
+def add_limit_batches(g: Group, help: str = "use at most N batches per epoch for train and "
+                      "val (quick checks)", dest: str = "limit_batches",
+                      alias: str | None = None) -> None:
+    """``--limit-batches N`` (``alias``: a command's own spelling, listed first)."""
+    g.add_argument(*([alias] if alias else []), "--limit-batches", dest=dest, type=positive_int,
+                   default=None, metavar="N", help=help)
+
+
 def add_weights(g: Group) -> None:
     """``--weights``: the float weights of ``--model``."""
     g.add_argument("--weights", default=None, metavar="FILE|NAME",
                    help="float weights of --model: a state_dict or checkpoint file "
                    "(.pt/.pth), or a torchvision weights name (IMAGENET1K_V1, DEFAULT) "
                    "found in the torch hub cache (never downloaded)")
+
+
+def add_num_classes(g: Group, help: str) -> None:
+    """``--num-classes``: output classes of a classifier (at least 2)."""
+    g.add_argument("--num-classes", type=int_range(2), default=None, help=help)
+
+
+def add_epochs(g: Group, default: int | None, help: str) -> None:
+    """``--epochs``."""
+    g.add_argument("--epochs", type=positive_int, default=default, help=help)
 
 
 def add_skip_layers(g: Group, help: str = "glob patterns of layers kept in float, e.g. "
@@ -121,18 +158,57 @@ def add_skip_layers(g: Group, help: str = "glob patterns of layers kept in float
 
 
 def add_max_length(g: Group, default: int | None, help: str) -> None:
-    """``--max-length``: tokens per sentence (encoders)."""
-    g.add_argument("--max-length", type=int_range(2), default=default, help=help)
+    """``--max-length`` (also ``--seq-len``): tokens per sentence (encoders)."""
+    g.add_argument("--max-length", "--seq-len", dest="max_length", type=int_range(2),
+                   default=default, help=help)
 
 
-def add_device(g: Group, help: str = "auto, cpu, cuda or cuda:N") -> None:
+def add_num_sentences(g: Group, default: int, help: str) -> None:
+    """``--num-sentences``: how many sentences of the corpus (encoders)."""
+    g.add_argument("--num-sentences", type=positive_int, default=default, help=help)
+
+
+def add_device(g: Group, help: str = "auto, cpu, cuda or cuda:N", default: str = "auto") -> None:
     """``--device``: where the model runs."""
-    g.add_argument("--device", default="auto", help=help)
+    g.add_argument("--device", default=default, help=help)
 
 
 def add_no_progress(g: Group, help: str = "no progress bars or per-epoch lines") -> None:
     """``--no-progress`` (dest ``progress``)."""
     g.add_argument("--no-progress", dest="progress", action="store_false", help=help)
+
+
+def add_backend(g: Group, default: str | None, help: str | None = None) -> None:
+    """``--backend``: the engine backend (help: the registered backends; the default is
+    shown by the help formatter)."""
+    from trtqat.engines.registry import backends_help
+
+    g.add_argument("--backend", default=default, help=help or backends_help(""))
+
+
+def add_threads(g: Group, help: str = "ONNX Runtime intra-op threads",
+                bare: bool = False) -> None:
+    """``--threads N`` (``bare``: also accepted without N, as trtexec's switch: None)."""
+    g.add_argument("--threads", type=non_negative_int, default=None, metavar="N", help=help,
+                   **({"nargs": "?", "const": None} if bare else {}))
+
+
+# --------------------------------------------------------------------------- engines, reports
+def add_measure_args(g: Group, duration: float, help: str) -> None:
+    """``--batch-sizes`` and ``--duration`` (dest ``duration_s``) of a speed report."""
+    g.add_argument("--batch-sizes", type=int_list, default=(1, 32),
+                   help="latency at the first, throughput at the last")
+    g.add_argument("--duration", type=SECONDS, default=duration, dest="duration_s", help=help)
+
+
+def add_export_dir(g: Group, help: str) -> None:
+    """``--export-dir``: where ONNX files go."""
+    g.add_argument("--export-dir", default="export", type=writable_dir, help=help)
+
+
+def add_fresh(g: Group, help: str) -> None:
+    """``--fresh``: redo what earlier runs left."""
+    g.add_argument("--fresh", action="store_true", help=help)
 
 
 # --------------------------------------------------------------------------- option groups
@@ -153,8 +229,7 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
                    help="normalization std per channel (default: ImageNet's)")
     g.add_argument("--channels", type=int, choices=[1, 3], default=None,
                    help="image channels: 3 (RGB, default) or 1 (grayscale)")
-    g.add_argument("--batch-size", "-b", type=positive_int, default=None if inherit else 32,
-                   help="batch size per process")
+    add_batch_size(g, None if inherit else 32)
     g.add_argument("--workers", "-j", type=non_negative_int, default=0,
                    help="data loader processes")
     g.add_argument("--seed", type=seed_int, default=0, help="random seed (shuffling, augmentation)")
@@ -174,8 +249,7 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
                        help="stop after this epoch, as if interrupted (continue with --resume)")
     g.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     add_device(g)
-    g.add_argument("--limit-batches", type=positive_int, default=None, metavar="N",
-                   help="use at most N batches per epoch for train and val (quick checks)")
+    add_limit_batches(g)
     add_no_progress(g)
     add_accel_args(p)
 
@@ -223,7 +297,7 @@ def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
 
 # --------------------------------------------------------------------------- commands
 def command(subparsers: argparse._SubParsersAction, name: str, summary: str,
-            description: str, epilog: str) -> argparse.ArgumentParser:
+            description: str, epilog: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``trtqat NAME`` with the shared help layout: ``summary`` in the command
     list, ``description`` wrapped, ``epilog`` as written, defaults shown."""
     return subparsers.add_parser(name, help=summary, description=fill(description),

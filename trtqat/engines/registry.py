@@ -179,8 +179,10 @@ def default_backend() -> str:
 
 
 def backends_help(default_text: str = "the default") -> str:
-    """``--backend`` help: 'ort (ONNX Runtime, the default) or tensorrt (TensorRT)'."""
-    parts = [f"{info.name} ({info.title}{', ' + default_text if name == DEFAULT_BACKEND else ''})"
+    """``--backend`` help: 'ort (ONNX Runtime, the default) or tensorrt (TensorRT)' (no
+    default named where ``default_text`` is empty)."""
+    parts = [f"{info.name} ({info.title}"
+             f"{', ' + default_text if default_text and name == DEFAULT_BACKEND else ''})"
              for name, info in _BACKENDS.items()]
     return ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else parts[0]
 

@@ -27,21 +27,9 @@ class _Entry(NamedTuple):
     replace_mod: type
 
 
-DEFAULT_QUANT_MAP: list[_Entry] = [
-    _Entry(nn, "Conv1d", qm.QuantConv1d),
-    _Entry(nn, "Conv2d", qm.QuantConv2d),
-    _Entry(nn, "Conv3d", qm.QuantConv3d),
-    _Entry(nn, "ConvTranspose1d", qm.QuantConvTranspose1d),
-    _Entry(nn, "ConvTranspose2d", qm.QuantConvTranspose2d),
-    _Entry(nn, "ConvTranspose3d", qm.QuantConvTranspose3d),
-    _Entry(nn, "Linear", qm.QuantLinear),
-    _Entry(nn, "AvgPool1d", qm.QuantAvgPool1d),
-    _Entry(nn, "AvgPool2d", qm.QuantAvgPool2d),
-    _Entry(nn, "AvgPool3d", qm.QuantAvgPool3d),
-    _Entry(nn, "AdaptiveAvgPool1d", qm.QuantAdaptiveAvgPool1d),
-    _Entry(nn, "AdaptiveAvgPool2d", qm.QuantAdaptiveAvgPool2d),
-    _Entry(nn, "AdaptiveAvgPool3d", qm.QuantAdaptiveAvgPool3d),
-]
+# torch.nn.Conv2d -> QuantConv2d, ...: the layers quantize() replaces too
+DEFAULT_QUANT_MAP: list[_Entry] = [_Entry(nn, float_cls.__name__, quant_cls)
+                                   for float_cls, quant_cls in qm.FLOAT_TO_QUANT.items()]
 
 _lock = threading.Lock()
 

@@ -32,6 +32,12 @@ def _int_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int,
     return quant_bounds(num_bits, unsigned, narrow_range)
 
 
+def _flag(attr: str, doc: str) -> property:
+    """A settable bool property kept in ``attr``."""
+    return property(lambda self: getattr(self, attr),
+                    lambda self, value: setattr(self, attr, bool(value)), doc=doc)
+
+
 def _exporting() -> bool:
     """Quantizers emit torch's fake-quantize ops (export mode, ``use_fb_fake_quant``, ONNX export)."""
     return export_mode.active() or TensorQuantizer.use_fb_fake_quant or onnx_exporting()
@@ -102,24 +108,8 @@ class TensorQuantizer(nn.Module):
         QuantDescriptor(num_bits=value)  # validates
         self._num_bits = value
 
-    @property
-    def unsigned(self) -> bool:
-        """Unsigned integer range. Settable."""
-        return self._unsigned
-
-    @unsigned.setter
-    def unsigned(self, value: bool) -> None:
-        self._unsigned = bool(value)
-
-    @property
-    def narrow_range(self) -> bool:
-        """[-127, 127] instead of [-128, 127]. Settable."""
-        return self._narrow_range
-
-    @narrow_range.setter
-    def narrow_range(self, value: bool) -> None:
-        self._narrow_range = bool(value)
-
+    unsigned = _flag("_unsigned", "Unsigned integer range. Settable.")
+    narrow_range = _flag("_narrow_range", "[-127, 127] instead of [-128, 127]. Settable.")
     axis = property(lambda self: self._axis, doc="The axis kept per channel, as given.")
     fake_quant = property(lambda self: self._fake_quant, doc="Quantize-dequantize if True.")
     learn_amax = property(lambda self: self._learn_amax, doc="The range is trained.")
