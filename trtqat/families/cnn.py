@@ -50,13 +50,7 @@ class CNNFamily(ModelFamily):
     def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
         """The model of a checkpoint, with its weights: ``self.build``, then ``self.quantize``
         when quantized (``quantized=True`` on an FP32 checkpoint: the start of PTQ)."""
-        from trtqat.train.checkpoint import CheckpointError
-        from trtqat.train.model_source import (
-            ModelSourceError,
-            fit_state_dict,
-            is_quantizer_key,
-            source_of,
-        )
+        from trtqat.train.model_source import is_quantizer_key, source_of
 
         spec = ckpt["model"]
         quantized = bool(spec.get("quantized")) if quantized is None else quantized
@@ -66,12 +60,7 @@ class CNNFamily(ModelFamily):
         state = ckpt["state_dict"]
         if not quantized:
             state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
-        try:
-            fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
-                           f"{spec['num_classes']} classes")
-        except (ModelSourceError, RuntimeError) as exc:
-            raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
-                                  "architecture") from None
+        fit_checkpoint_state(model, state, spec)
         return model
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
@@ -206,3 +195,18 @@ class CNNFamily(ModelFamily):
         from trtqat.train.sensitivity_report import image_batches
 
         return image_batches(ckpt, cfg, device)
+
+
+def fit_checkpoint_state(model: nn.Module, state: dict[str, Any], spec: dict[str, Any],
+                         what: str = "architecture") -> None:
+    """Load a checkpoint's ``state`` into ``model`` (strict); a mismatch is one line saying
+    the file was saved from another ``what``."""
+    from trtqat.train.checkpoint import CheckpointError
+    from trtqat.train.model_source import ModelSourceError, fit_state_dict
+
+    try:
+        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
+                       f"{spec['num_classes']} classes")
+    except (ModelSourceError, RuntimeError) as exc:
+        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
+                              f"{what}") from None

@@ -30,7 +30,7 @@ from torch import nn
 
 from trtqat.errors import QuantConfigError, TrtqatError
 from trtqat.families.base import EngineHints
-from trtqat.families.cnn import CNNFamily
+from trtqat.families.cnn import CNNFamily, fit_checkpoint_state
 
 # Small configurations: train from scratch on digits (8x8 upscaled) in about a minute on
 # two CPU cores at the default --image-size 32 (8x8 patches of 4x4 pixels + a class token).
@@ -292,15 +292,7 @@ class ViTFamily(CNNFamily):
 
 
 def _fit(model: nn.Module, state: dict[str, torch.Tensor], spec: dict[str, Any]) -> None:
-    from trtqat.train.checkpoint import CheckpointError
-    from trtqat.train.model_source import ModelSourceError, fit_state_dict
-
-    try:
-        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
-                       f"{spec['num_classes']} classes")
-    except (ModelSourceError, RuntimeError) as exc:
-        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
-                              "architecture or --image-size") from None
+    fit_checkpoint_state(model, state, spec, "architecture or --image-size")
 
 
 def replace_attention(model: nn.Module) -> int:
