@@ -42,6 +42,9 @@ def test_validated_export_of_every_variant(tmp_path, monkeypatch, capsys):
     assert "FAIL" not in text
     assert text.count("PASS  top-1 agreement 'output': 100.00%: 0 of 256 samples disagree") >= 3
     assert "PASS  TensorRT Q/DQ lint" in text
+    for name in names:  # compare finds the family of a file by its metadata
+        meta = {p.key: p.value for p in onnx.load(str(out / name)).metadata_props}
+        assert meta["trtqat.family"] == "cnn", name
 
 
 def _fp32_checkpoint(tmp_path):

@@ -116,6 +116,8 @@ def explicit(paths: list[str]) -> list[Variant]:
     """Variants for ONNX files given by the user (precision read from the graph)."""
     import onnx
 
+    from trtqat import families
+
     out = []
     for p in paths:
         path = Path(p)
@@ -129,8 +131,6 @@ def explicit(paths: list[str]) -> list[Variant]:
         fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
         int8 = "QuantizeLinear" in ops or "DequantizeLinear" in ops
         precision = ("int8-fp16" if fp16 else "int8") if int8 else ("fp16" if fp16 else "fp32")
-        # token ids in: a sentence encoder's file (trtqat.transformers.export names them)
-        family = ("encoder" if "input_ids" in {i.name for i in model.graph.input}
-                  else "cnn")
+        family = families.of_onnx(model).name
         out.append(Variant(path.stem, precision, None, onnx=path, family=family))
     return out

@@ -20,6 +20,8 @@ from trtqat.families.base import (
 )
 from trtqat.families.registry import FAMILIES
 
+FAMILY_KEY = "trtqat.family"  # ONNX metadata: the family an exported file came from
+
 
 class UnknownFamilyError(TrtqatError, ValueError):
     """No registered family has the given name."""
@@ -81,6 +83,19 @@ def summarized(family: ModelFamily, stage: str, result: dict[str, Any]) -> dict[
     return {**result, "summary": family.describe(label, result)}
 
 
-__all__ = ["EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
+def of_onnx(model: Any) -> ModelFamily:
+    """The family of an ONNX model (``onnx.ModelProto``): its ``trtqat.family`` metadata,
+    else the first family that claims its input names (files from elsewhere); CNN last."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    if meta.get(FAMILY_KEY) in names():
+        return get(meta[FAMILY_KEY])
+    inputs = [i.name for i in model.graph.input]
+    for family in all_families():
+        if family.claims_onnx(inputs):
+            return family
+    return get("cnn")
+
+
+__all__ = ["FAMILY_KEY", "of_onnx", "EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
            "UnsupportedStageError", "all_families", "get", "names", "of_checkpoint", "of_model",
            "of_source", "summarized"]

@@ -72,6 +72,11 @@ class ModelFamily(abc.ABC):
         """True when a loaded checkpoint holds a model of this family (``model.family``)."""
         return (ckpt.get("model") or {}).get("family") == (self.checkpoint_tag or self.name)
 
+    def claims_onnx(self, input_names: Sequence[str]) -> bool:
+        """True when an ONNX file without trtqat metadata looks like this family's (its
+        graph input names); none claim by default."""
+        return False
+
     # ---- models -------------------------------------------------------------------------
     @abc.abstractmethod
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:

@@ -27,6 +27,10 @@ class EncoderFamily(ModelFamily):
             return False
         return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
 
+    def claims_onnx(self, input_names: Sequence[str]) -> bool:
+        """Token ids in: a sentence encoder's file (trtqat.transformers.export names them)."""
+        return "input_ids" in input_names
+
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
         """The FP32 encoder ``model`` names (its tokenizer: ``load_encoder``)."""
         from trtqat.transformers.minilm import load_encoder

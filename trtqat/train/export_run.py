@@ -89,7 +89,7 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     failed, summary = [], []
     for variant in variants:
         path = out / artifact_name(job.arch, tag, variant, job.batch)
-        result, ok = _export_one(exporter, path, variant, options, job)
+        result, ok = _export_one(exporter, path, variant, options, job, family.name)
         if not ok:
             failed.append(path.name)
         echo(f"{path.name}  ({variant}, opset {result.opset}, {job.shape})")
@@ -105,12 +105,15 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     return 0
 
 
-def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport):
+def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport,
+                family: str):
     from trtqat.export import ValidationError
+    from trtqat.families import FAMILY_KEY
 
     try:
         return exporter.export(path, variant, options.opset, io_dtype=job.io_dtype,
-                               validate=options.validate, metadata=job.metadata), True
+                               validate=options.validate,
+                               metadata={FAMILY_KEY: family, **job.metadata}), True
     except ValidationError as exc:
         return exc.result, False
 
