@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from trtqat.quant.calib.registry import methods
 from trtqat.quant.model_ops import (
-    AMAX_METHODS,
     collect_stats,
     compute_amax,
     disable_layers,
@@ -75,9 +75,9 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
         R.check_data(self)
         R.check_positive(self, "num_batches", "num_sentences")
         R.check_positive(self, "max_length", allow_none=True)
-        if self.method is not None and self.method not in AMAX_METHODS:
+        if self.method is not None and self.method not in methods():
             raise R.ConfigError(f"unknown --method {self.method!r}: use one of "
-                                f"{', '.join(AMAX_METHODS)}")
+                                f"{', '.join(methods())}")
         if not 0.0 < self.percentile <= 100.0:
             raise R.ConfigError(f"--percentile must be in (0, 100], got {self.percentile}")
 
