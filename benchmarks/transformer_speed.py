@@ -230,9 +230,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "rows": "full-length real text, attention mask all ones"},
         int8_compute_nodes=counts, int8_reencode=report)
     _print(results)
-    tmp = out_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=2, default=str))
-    os.replace(tmp, out_dir / "results.json")
+    from trtqat.atomic import write_json
+
+    write_json(out_dir / "results.json", results, default=str)
     print(f"results in {out_dir}")
     return results
 

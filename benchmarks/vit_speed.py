@@ -208,9 +208,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_avg": os.getloadavg(), "wall_s": round(time.perf_counter() - start, 1)}
     _print(results)
-    tmp = out_dir / ".results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=2, default=str))
-    os.replace(tmp, out_dir / "results.json")
+    from trtqat.atomic import write_json
+
+    write_json(out_dir / "results.json", results, default=str)
     print(f"results in {out_dir}")
     return results
 

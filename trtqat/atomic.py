@@ -9,6 +9,7 @@ removes all of its own when it is opened under its lock. Finished files get the 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -16,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -128,3 +129,10 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def write_json(path: str | os.PathLike[str], data: Any, **dumps: Any) -> Path:
+    """Write ``data`` as indented JSON (one trailing newline) through :func:`write_atomic`;
+    ``dumps`` go to ``json.dumps`` (e.g. ``default=str``)."""
+    text = json.dumps(data, indent=2, **dumps) + "\n"
+    return write_atomic(path, lambda f: f.write(text.encode()))

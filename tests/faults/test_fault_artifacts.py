@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import onnx
 import pytest
@@ -102,3 +103,15 @@ def test_only_our_stale_temp_files_are_removed(tmp_path):
     # a run folder opened under its lock: every temp file of ours is stale, but our own
     removed = remove_stale_temps(tmp_path, all_dead=True)
     assert sorted(p.name for p in removed) == [".m.onnx.new.tmp", ".other.onnx.1-x.tmp"]
+
+
+def test_json_is_written_whole_or_not_at_all(tmp_path):
+    from trtqat.atomic import write_json
+
+    path = write_json(tmp_path / "r.json", {"a": Path("x")}, default=str)
+    assert json.loads(path.read_text()) == {"a": "x"}
+    assert path.read_text().endswith("}\n")
+    with pytest.raises(TypeError):  # not serializable: the old file stays, no temp is left
+        write_json(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": "x"}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]

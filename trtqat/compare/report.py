@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtqat.atomic import write_atomic
+from trtqat.atomic import write_atomic, write_json
 
 ENCODER_METRIC = "mean_cosine"  # the report metric of sentence encoders
 UNSTABLE_SPREAD = 0.10  # a timing figure whose spread exceeds this is flagged
@@ -276,7 +276,7 @@ def write_report(report: dict[str, Any], out_dir: str | os.PathLike) -> dict[str
     """Write report.json, report.md and report.png into ``out_dir``; returns their paths."""
     out = Path(out_dir)
     paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}
-    write_atomic(paths["json"], lambda f: f.write(json.dumps(report, indent=2).encode()))
+    write_json(paths["json"], report)
     write_atomic(paths["md"], lambda f: f.write(format_markdown(report).encode()))
     plot_report(report, paths["png"])
     return paths

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -22,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from trtqat.atomic import write_json
 from trtqat.engines.errors import InputError, OptionsError
-from trtqat.engines.fileformat import atomic_write
 from trtqat.engines.specs import Shape, TensorSpec, format_shape
 
 
@@ -104,7 +103,7 @@ def load_inputs(files: Mapping[str, Path], inputs: Sequence[TensorSpec],
 
 
 def _write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    return atomic_write(path, json.dumps(data, indent=2).encode() + b"\n")
+    return write_json(path, data)
 
 
 def export_outputs(outputs: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:

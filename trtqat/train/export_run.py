@@ -9,7 +9,6 @@ classifiers' plan (CNN, and families derived from it) is :func:`image_export` he
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,11 +119,11 @@ def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job:
 
 def _write_summary(out: Path, options: ExportOptions, info: dict[str, Any],
                    results: list[dict[str, Any]]) -> None:
-    from trtqat.atomic import write_atomic
+    from trtqat.atomic import write_json
 
     payload = {"checkpoint": str(options.checkpoint), "variant": options.variant,
                "opset": options.opset, **info, "results": results}
-    write_atomic(out / "export.json", lambda f: f.write(json.dumps(payload, indent=2).encode()))
+    write_json(out / "export.json", payload)
 
 
 # ------------------------------------------------------------------ image classifiers

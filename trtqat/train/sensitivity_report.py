@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from itertools import islice
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import torch
 
-from trtqat.atomic import write_atomic
+from trtqat.atomic import write_atomic, write_json
 from trtqat.errors import TrtqatError
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 from trtqat.train.sensitivity import (
@@ -165,7 +164,7 @@ def write_outputs(result: SensitivityResult, out: Path) -> None:
         raise SensitivityError(f"cannot create output folder {out}: {exc.strerror or exc}"
                                ) from None
     paths = {"json": out / "sensitivity.json", "png": out / "sensitivity.png"}
-    write_atomic(paths["json"], lambda f: f.write(json.dumps(result.to_dict(), indent=2).encode()))
+    write_json(paths["json"], result.to_dict())
     plot(result, paths["png"])
     result.paths = {k: str(v) for k, v in paths.items()}
 
