@@ -72,6 +72,26 @@ def test_bad_trtexec_flags_are_one_line(capsys, dynamic_onnx, tmp_path, argv, ne
     assert needle.format(**names) in err[0]
 
 
+@pytest.mark.parametrize("spec", ["q:{bin}", "x:{missing}", "x"])
+def test_bad_load_inputs_fail_before_the_build(capsys, dynamic_onnx, tmp_path, monkeypatch,
+                                              spec: str) -> None:
+    from trtqat.engines import registry
+
+    def no_build(backend):
+        raise AssertionError("the engine was built before --loadInputs was checked")
+
+    monkeypatch.setattr(registry, "builder_class", no_build)
+    import trtqat.engines as engines
+
+    monkeypatch.setattr(engines, "builder_class", no_build)
+    names = {"bin": tmp_path / "x.bin", "missing": tmp_path / "none.bin"}
+    names["bin"].write_bytes(b"\0" * 768)
+    rc, out, err = run_exec(capsys, f"--onnx={dynamic_onnx}", *FAST,
+                            f"--loadInputs={spec.format(**names)}")
+    assert rc == 1 and len(err) == 1 and "error: --loadInputs" in err[0], err
+    assert "Engine built" not in out
+
+
 def test_profile_and_layer_info_in_trtexec_json(capsys, dynamic_onnx, tmp_path) -> None:
     profile, layers = tmp_path / "profile.json", tmp_path / "layers.json"
     rc, out, err = run_exec(capsys, f"--onnx={dynamic_onnx}", "--profilingVerbosity=detailed",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from trtqat.cli.exec_feed import make_feed
+from trtqat.cli.exec_feed import make_feed, precheck_input_files
 from trtqat.cli.guard import run_guarded
 from trtqat.cli.options import add_backend, add_onnx, add_threads
 from trtqat.cli.parsing import dry_run_line, dry_run_requested
@@ -270,6 +270,8 @@ def run(args: argparse.Namespace) -> int:
         warmup_ms=args.warmUp, duration_s=args.duration, iterations=args.iterations,
         avg_runs=args.avgRuns, percentiles=parse_percentiles(args.percentile),
         data_transfers=args.transfers, cuda_graph=args.cuda_graph)
+    if args.loadInputs and not args.skipInference:
+        precheck_input_files(args)  # a typo fails now, not after a long build
     start = time.perf_counter()
     if args.onnx:
         backend = backend or default_backend()

@@ -53,6 +53,25 @@ def valid_integer_feed(feed: dict, bounds: dict[str, int], seed: int = 0) -> dic
     return out
 
 
+def precheck_input_files(args: argparse.Namespace) -> None:
+    """``--loadInputs`` checked before the build: syntax, files, and (from ``--onnx``) the
+    input names."""
+    from trtqat.engines.trtexec_io import check_input_files
+
+    names = None
+    if args.onnx:
+        import onnx
+
+        try:
+            graph = onnx.load(args.onnx, load_external_data=False).graph
+        except Exception:  # the build reports an unreadable model in its own words
+            graph = None
+        if graph is not None:
+            weights = {init.name for init in graph.initializer}
+            names = [v.name for v in graph.input if v.name not in weights]
+    check_input_files(args.loadInputs, names)
+
+
 def make_feed(args: argparse.Namespace, engine: Any) -> dict:
     """Random inputs (valid ids for integer inputs) at the run shapes, then --loadInputs."""
     from trtqat.engines import parse_shapes, random_feed

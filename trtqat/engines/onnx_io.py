@@ -113,3 +113,24 @@ def index_input_bounds(model: onnx.ModelProto) -> dict[str, int]:
         if found:
             bounds[value.name] = int(min(found))
     return bounds
+
+
+def has_float16(model: onnx.ModelProto) -> bool:
+    """True when ``model`` holds float16 initializers or casts to float16."""
+    fp16 = onnx.TensorProto.FLOAT16
+    if any(t.data_type == fp16 for t in model.graph.initializer):
+        return True
+    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == fp16 for a in n.attribute)
+               for n in model.graph.node)
+
+
+# ORT graph optimizers that crash (ORT 1.32: a segfault building the session, at the default
+# "all" level) on float16 graphs they do not speed up: the CPU NCHWc layout transformer on
+# the exporter's fp16 nn.MultiheadAttention pattern.
+FP16_UNSAFE_ORT_OPTIMIZERS = ("NchwcTransformer",)
+
+
+def ort_disabled_optimizers(model: onnx.ModelProto) -> list[str]:
+    """The ORT optimizers to disable for ``model``: :data:`FP16_UNSAFE_ORT_OPTIMIZERS` for a
+    float16 graph, none otherwise."""
+    return list(FP16_UNSAFE_ORT_OPTIMIZERS) if has_float16(model) else []

@@ -25,7 +25,7 @@ import onnx
 from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
 from trtqat.engines.fileformat import KIND_ONNX
-from trtqat.engines.onnx_io import onnx_input_specs, onnx_output_specs
+from trtqat.engines.onnx_io import onnx_input_specs, onnx_output_specs, ort_disabled_optimizers
 from trtqat.engines.specs import PROVIDERS, BuildOptions, TensorSpec, precision_note
 from trtqat.engines.timing import QueryTimes
 
@@ -138,11 +138,13 @@ def _session_options(ort: Any, options: BuildOptions, threads: int | None = None
     return so
 
 
-def _create_session(ort: Any, model: bytes, so: Any, providers: list, what: str) -> Any:
+def _create_session(ort: Any, model: bytes, so: Any, providers: list, what: str,
+                    disabled: list[str] | None = None) -> Any:
     names = [name for name, _ in providers]
     try:
         return ort.InferenceSession(model, sess_options=so, providers=names,
-                                    provider_options=[opts for _, opts in providers])
+                                    provider_options=[opts for _, opts in providers],
+                                    disabled_optimizers=disabled or None)
     except Exception as exc:  # ORT raises its own pybind exception types (Fail, InvalidGraph...)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EngineBuildError(f"ONNX Runtime could not load {what}: {first}") from None
@@ -219,11 +221,13 @@ class OrtBuilder(Builder):
             if not compiled:
                 so.optimized_model_filepath = str(optimized)
             source = model.SerializeToString()
-            _create_session(ort, source, so, providers, str(path))
+            disabled = ort_disabled_optimizers(model)
+            _create_session(ort, source, so, providers, str(path), disabled)
             payload = optimized.read_bytes() if not compiled else source
         header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__)
         header.update(providers=[name for name, _ in providers], optimized=not compiled,
-                      prepare=options.ort_prepare, machine=platform.machine())
+                      prepare=options.ort_prepare, machine=platform.machine(),
+                      disabled_optimizers=disabled)
         return OrtEngine(payload, header)
 
 
@@ -249,7 +253,8 @@ class OrtRunner(Runner):
         for key, value in so_attrs.items():
             setattr(so, key, value)
         return _create_session(ort, self.engine.payload, so,
-                               _providers(ort, options, self.device), "the engine")
+                               _providers(ort, options, self.device), "the engine",
+                               list(self.engine.header.get("disabled_optimizers") or []))
 
     def _activate_impl(self) -> None:
         self.session = self._new_session()

@@ -34,6 +34,7 @@ from onnx import helper
 
 from trtqat.arrays import row_cosines
 from trtqat.engines.errors import EngineBuildError
+from trtqat.engines.onnx_io import has_float16, ort_disabled_optimizers
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_qdq_matmul import (
     fold_constants,
@@ -98,7 +99,8 @@ def cpu_session(model: onnx.ModelProto, threads: int = 2, level: str = "all",
     }[level]
     if optimized_path is not None:
         so.optimized_model_filepath = optimized_path
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=ort_disabled_optimizers(model))
 
 
 def optimized_model(model: onnx.ModelProto, threads: int = 2) -> onnx.ModelProto:
@@ -275,15 +277,6 @@ def is_tensorrt_qdq(model: onnx.ModelProto) -> bool:
             if zp is not None and zp.dtype == np.int8:
                 return True
     return False
-
-
-def has_float16(model: onnx.ModelProto) -> bool:
-    """True when ``model`` holds float16 initializers or casts to float16."""
-    fp16 = onnx.TensorProto.FLOAT16
-    if any(t.data_type == fp16 for t in model.graph.initializer):
-        return True
-    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == fp16 for a in n.attribute)
-               for n in model.graph.node)
 
 
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,

@@ -71,6 +71,19 @@ def _read_array(name: str, path: Path) -> np.ndarray | None:
                            f"with numpy.{'save' if suffix == '.npy' else 'savez'}") from None
 
 
+def check_input_files(text: str, input_names: Sequence[str] | None = None) -> dict[str, Path]:
+    """Check ``--loadInputs`` before any build: its syntax, that every file exists, and
+    (when the model's ``input_names`` are known) that every name is an input."""
+    files = parse_name_files(text)
+    for name, path in files.items():
+        if input_names is not None and name not in input_names:
+            raise InputError(f"--loadInputs: unknown input '{name}'; the model's inputs are: "
+                             f"{', '.join(input_names)}")
+        if not path.is_file():
+            raise OptionsError(f"--loadInputs: file {path} for input '{name}' does not exist")
+    return files
+
+
 def load_inputs(files: Mapping[str, Path], inputs: Sequence[TensorSpec],
                 shapes: Mapping[str, Shape]) -> dict[str, np.ndarray]:
     """Arrays for the inputs named in ``files``; raw files take the run shape (``shapes``,
