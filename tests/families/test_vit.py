@@ -192,3 +192,28 @@ def test_export_int8_lint_and_ort(calibrated, family, tmp_path):
     cpu_model, _ = reencode_for_cpu(onnx.load(path), None, count_nodes=False)
     integer = count_compute_nodes(optimized_model(cpu_model, threads=1))["integer"]
     assert integer.get("QLinearMatMul", 0) + integer.get("MatMulIntegerToFloat", 0) >= 12
+
+
+def test_export_carries_engine_hints_and_keeps_fp16_sensitive_ops_float32(calibrated, family,
+                                                                          tmp_path):
+    from trtqat.engines.hints import read_hints
+    from trtqat.export import export_onnx
+    from trtqat.export.onnx_export import image_plan
+
+    _, q, images = calibrated
+    plan = family.stamp_plan(image_plan(images[:2], validation_data=[images]))
+    assert plan.metadata[families.FAMILY_KEY] == "vit"
+    for variant in ("int8", "int8-fp16"):
+        path = tmp_path / f"vit_{variant}.onnx"
+        result = export_onnx(q, plan, path, variant=variant, opset=19)
+        assert result.lint is not None and not result.lint.findings
+        model = onnx.load(path)
+        assert read_hints(model) == family.engine_hints()
+        producer = {o: n for n in model.graph.node for o in n.output}
+        sensitive = [n for n in model.graph.node
+                     if n.op_type in family.engine_hints().fp16_sensitive_ops]
+        assert len(sensitive) == 2 * 2 + 2 + 1  # per layer 2 LayerNorms + Softmax; final LN
+        # LayerNorms read a Cast to float32 in the fp16 variant and the DQ-free input in int8
+        fed_by_cast = [producer[n.input[0]].op_type == "Cast" for n in sensitive
+                       if n.op_type == "LayerNormalization"]
+        assert all(fed_by_cast) if variant == "int8-fp16" else not any(fed_by_cast)

@@ -79,12 +79,14 @@ def image_data(family, variants: list[Variant], settings: dict[str, Any], cfg) -
         import torch
 
         from trtqat.export import export_onnx
+        from trtqat.export.onnx_export import image_plan
 
         model = _load(family, variant)
         validation = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in val]
-        export_onnx(model, torch.from_numpy(val[0][0][:2]), path,
-                    variant=variant.export_variant, dynamic_batch=True,
-                    validation_data=validation, validate=validate)
+        plan = image_plan(torch.from_numpy(val[0][0][:2]), dynamic_batch=True,
+                          validation_data=validation)
+        export_onnx(model, family.stamp_plan(plan), path, variant=variant.export_variant,
+                    validate=validate)
 
     sample = tuple(val[0][0].shape[1:])
     return EvalData(

@@ -34,6 +34,7 @@ from onnx import helper
 
 from trtqat.arrays import row_cosines
 from trtqat.engines.errors import EngineBuildError
+from trtqat.engines.hints import ORT_PASSES, read_hints
 from trtqat.engines.onnx_io import has_float16, ort_disabled_optimizers
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_qdq_matmul import (
@@ -305,23 +306,33 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         report["reason"] = "float16 tensors (INT8+FP16 variant): ORT's CPU integer kernels need float32"
         return model, report
     feeds = list(calib_feeds) if calib_feeds else []
+    run = set(read_hints(model).ort_passes())  # the family's engine hints, else every pass
     matmul_graph = has_quantized_matmul(model)
     # MatMul graphs: fold the exporter's scale subgraphs (and weight Transposes) first
-    g = Graph(fold_constants(model, threads) if matmul_graph else copy.deepcopy(model))
-    passes: dict[str, Any] = {"weights_prequantized": prequantize_weights(g)}
-    passes["batchnorm_folded"] = fold_batchnorm_nodes(g)
-    passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
-    if unify:
+    fold = matmul_graph and "fold_constants" in run
+    g = Graph(fold_constants(model, threads) if fold else copy.deepcopy(model))
+    passes: dict[str, Any] = {}
+    if "prequantize_weights" in run:
+        passes["weights_prequantized"] = prequantize_weights(g)
+    if "fold_batchnorm" in run:
+        passes["batchnorm_folded"] = fold_batchnorm_nodes(g)
+    if "reducemean_to_gap" in run:
+        passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
+    if unify and "unify_quantizers" in run:
         passes.update(unify_quantizers(g))
-    ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
-    passes["output_quantizers_added"] = insert_output_quantizers(g, ranges)
-    passes["activations_reencoded"] = reencode_uint8(g)
-    passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
-    if matmul_graph:
+    if "output_quantizers" in run:
+        ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
+        passes["output_quantizers_added"] = insert_output_quantizers(g, ranges)
+    if "reencode_uint8" in run:
+        passes["activations_reencoded"] = reencode_uint8(g)
+    if "quantize_gemm_bias" in run:
+        passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
+    if matmul_graph and "fuse_matmul_epilogues" in run:
         passes["matmul_epilogues"] = fuse_matmul_epilogues(g)
     new_model = g.model
     onnx.checker.check_model(new_model)
-    report.update(rewritten=True, passes=passes)
+    report.update(rewritten=True, passes=passes,
+                  skipped_passes=[p for p in ORT_PASSES if p not in run])
     if count_nodes:
         report["compute_nodes"] = {
             "before": count_compute_nodes(optimized_model(model, threads)),

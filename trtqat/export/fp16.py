@@ -8,6 +8,7 @@ become fp16. Q/DQ scales become fp16 too, which ONNX allows from opset 19 on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -42,8 +43,14 @@ def _to_fp16(array: np.ndarray, is_scale: bool) -> np.ndarray:
     return out.astype(np.float16)
 
 
-def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "float32") -> onnx.ModelProto:
-    """A copy of ``model`` computing in fp16; inputs/outputs in ``io_dtype``."""
+def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "float32",
+                    float32_ops: Sequence[str] = ()) -> onnx.ModelProto:
+    """A copy of ``model`` computing in fp16; inputs/outputs in ``io_dtype``.
+
+    Nodes whose op type is in ``float32_ops`` (e.g. ``LayerNormalization``, ``Softmax``:
+    a family's fp16-sensitive ops) keep computing in float32 between Casts, and the weights
+    only they read stay float32: TensorRT 11 builds those layers in FP32.
+    """
     if io_dtype not in IO_DTYPES:
         raise ExportError(f"--io-dtype {io_dtype!r} is unknown: use fp32 or fp16")
     io_type = IO_DTYPES[io_dtype]
@@ -63,16 +70,80 @@ def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "float32") -> onnx.M
             if node.op_type in ("QuantizeLinear", "DequantizeLinear") and idx == 1:
                 scales.add(name)
 
+    kept = set(float32_ops)
+    float_names = _float32_tensors(model) if kept else set()
+    own32 = _read_only_by(graph, kept) & float_names
+    keep32 |= own32
     for i, init in enumerate(graph.initializer):
         if init.data_type == TensorProto.FLOAT and init.name not in keep32:
             arr = _to_fp16(numpy_helper.to_array(init), init.name in scales)
             graph.initializer[i].CopyFrom(numpy_helper.from_array(arr, init.name))
     for node in graph.node:
-        _convert_node(node, scales)
+        if node.op_type not in kept:
+            _convert_node(node, scales)
+    if kept:
+        _wrap_float32_nodes(graph, kept, float_names, own32)
 
     _convert_io(graph, io_type)
     del graph.value_info[:]
     return onnx.shape_inference.infer_shapes(out, strict_mode=True)
+
+
+def _float32_tensors(model: onnx.ModelProto) -> set[str]:
+    """Names of the float32 tensors of ``model`` (by ONNX type inference)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    names = {t.name for t in g.initializer if t.data_type == TensorProto.FLOAT}
+    for v in [*g.input, *g.value_info, *g.output]:
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            names.add(v.name)
+    for node in g.node:  # Constant outputs may be missing from value_info
+        if node.op_type == "Constant" and any(a.name == "value" and a.t.data_type ==
+                                              TensorProto.FLOAT for a in node.attribute):
+            names.add(node.output[0])
+    return names
+
+
+def _read_only_by(graph: onnx.GraphProto, ops: set[str]) -> set[str]:
+    """Initializers that only nodes of ``ops`` read."""
+    readers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    return {t.name for t in graph.initializer if readers.get(t.name) and readers[t.name] <= ops}
+
+
+def _wrap_float32_nodes(graph: onnx.GraphProto, ops: set[str], float_names: set[str],
+                        own32: set[str]) -> None:
+    """Give every node of ``ops`` float32 inputs and outputs: a Cast from fp16 (shared by
+    the readers of a tensor) in front, a Cast back to fp16 under the original name behind
+    (dropped when only float32 nodes read it). Chained float32 nodes pass float32 along."""
+    as32: dict[str, str] = {}  # tensor -> its float32 version
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        if node.op_type not in ops:
+            nodes.append(node)
+            continue
+        for i, name in enumerate(node.input):
+            if not name or name not in float_names or name in own32:
+                continue
+            if name not in as32:
+                as32[name] = f"{name}/float32"
+                nodes.append(helper.make_node("Cast", [name], [as32[name]],
+                                              name=f"{name}/CastFloat32", to=TensorProto.FLOAT))
+            node.input[i] = as32[name]
+        after = []
+        for i, name in enumerate(node.output):
+            if not name or name not in float_names:
+                continue
+            node.output[i] = as32[name] = f"{name}/float32"
+            after.append(helper.make_node("Cast", [as32[name]], [name],
+                                          name=f"{name}/CastFloat16", to=TensorProto.FLOAT16))
+        nodes += [node, *after]
+    read = {name for n in nodes for name in n.input} | {o.name for o in graph.output}
+    del graph.node[:]
+    graph.node.extend(n for n in nodes if not (n.name.endswith("/CastFloat16")
+                                               and n.output[0] not in read))
 
 
 def _convert_node(node: onnx.NodeProto, scales: set[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ class ExportPlan:
     fold_bn: bool = True
     clip_fp16: bool = False                       # clip float constants to fp16's range
     metadata: dict[str, str] = field(default_factory=dict)  # added to every file
+    float32_ops: tuple[str, ...] = ()             # ONNX ops kept float32 in fp16 variants
 
 
 def as_inputs(example_inputs: Any) -> tuple[torch.Tensor, ...]:
@@ -151,9 +152,11 @@ def quantize_weights(model: onnx.ModelProto, min_codes: dict[str, int] | None = 
 
 
 def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str = "float32",
-                 min_codes: dict[str, int] | None = None) -> onnx.ModelProto:
-    """A copy of a traced graph as ``variant``: int8 weight initializers, ``opset``, fp16,
-    producer, ``trtqat.variant``/``trtqat.opset`` metadata and graph name."""
+                 min_codes: dict[str, int] | None = None,
+                 float32_ops: Sequence[str] = ()) -> onnx.ModelProto:
+    """A copy of a traced graph as ``variant``: int8 weight initializers, ``opset``, fp16
+    (``float32_ops`` kept float32), producer, ``trtqat.variant``/``trtqat.opset`` metadata and
+    graph name."""
     row = variant_row(variant)
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -161,7 +164,7 @@ def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str
         quantize_weights(out, min_codes=min_codes)
     out = convert_opset(out, opset)
     if row.fp16:
-        out = convert_to_fp16(out, io_dtype)
+        out = convert_to_fp16(out, io_dtype, float32_ops)
     out.producer_name = "trtqat"
     props = {"trtqat.variant": variant, "trtqat.opset": str(opset)}
     del out.metadata_props[:]
@@ -281,7 +284,7 @@ class Exporter:
         if self.plan.clip_fp16 and variant_row(variant).fp16:
             base = clip_to_fp16_range(base)
         min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
-        model = finish_model(base, variant, opset, io_dtype, min_codes)
+        model = finish_model(base, variant, opset, io_dtype, min_codes, self.plan.float32_ops)
         props = dict(self.plan.metadata)
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             props["trtqat.skip_layers"] = ",".join(self.skip_layers)

@@ -12,6 +12,7 @@ from typing import Any
 
 from trtqat.errors import TrtqatError
 from trtqat.families.base import (
+    FAMILY_KEY,
     EngineHints,
     ExportInputs,
     ModelFamily,
@@ -19,8 +20,6 @@ from trtqat.families.base import (
     UnsupportedStageError,
 )
 from trtqat.families.registry import FAMILIES
-
-FAMILY_KEY = "trtqat.family"  # ONNX metadata: the family an exported file came from
 
 
 class UnknownFamilyError(TrtqatError, ValueError):

@@ -8,13 +8,17 @@ nothing outside ``trtqat/families/`` tests a family name.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from torch import nn
 
+from trtqat.engines.hints import EngineHints
 from trtqat.errors import TrtqatError
+
+FAMILY_KEY = "trtqat.family"  # ONNX metadata: the family an exported file came from
 
 
 @dataclass
@@ -41,14 +45,6 @@ class StageData:
 
 class UnsupportedStageError(TrtqatError, ValueError):
     """A stage this model family does not have (e.g. ``trtqat train`` of an encoder)."""
-
-
-@dataclass
-class EngineHints:
-    """Hints for engine builders (e.g. ORT graph rewrites worth applying)."""
-
-    ort_rewrites: tuple[str, ...] = ()       # names understood by trtqat.engines.ort_qdq_rewrite
-    fp16_sensitive_ops: tuple[str, ...] = ()  # ops to keep in fp32 in mixed fp16 builds
 
 
 class ModelFamily(abc.ABC):
@@ -122,8 +118,17 @@ class ModelFamily(abc.ABC):
         from each validation batch's outputs and a ``trtqat.export.checks.CheckContext``."""
 
     def engine_hints(self) -> EngineHints:
-        """Hints for engine builders; none by default."""
+        """Hints for engine builders (``trtqat.engines.hints``); none by default."""
         return EngineHints()
+
+    def stamp_plan(self, plan: Any) -> Any:
+        """``plan`` (an ``ExportPlan``) with what every ONNX file of this family carries: the
+        ``trtqat.family`` and engine-hint metadata, and the hints' fp16-sensitive ops kept
+        float32 in fp16 variants."""
+        hints = self.engine_hints()
+        metadata = {FAMILY_KEY: self.name, **hints.metadata(), **plan.metadata}
+        return dataclasses.replace(plan, metadata=metadata,
+                                   float32_ops=tuple(hints.fp16_sensitive_ops))
 
     # ---- stage adapters: export, compare, sensitivity ---------------------------------
     # Image families inherit the CNN's; each returns what the stage's own module defines.

@@ -282,12 +282,14 @@ class ViTFamily(CNNFamily):
         return super().recipe(stage, cfg, source)
 
     def engine_hints(self) -> EngineHints:
-        """ORT: fold the exporter's scale subgraphs, then fuse each quantized MatMul with its
-        scale Mul and bias Add (``MatMulIntegerToFloat``, uint8 activations); the attention
-        matmuls then run on integer kernels. LayerNorm and Softmax stay fp32 in fp16 builds."""
+        """ORT CPU: fold the exporter's scale subgraphs, then fuse each quantized MatMul with
+        its scale Mul and bias Add (``MatMulIntegerToFloat``, uint8 activations), so the
+        attention matmuls run on integer kernels; no BatchNorm, pooling or output-quantizer
+        passes. FP16 variants keep LayerNorm and Softmax in float32 (TensorRT's transformer
+        guidance: their reductions overflow or lose precision in fp16)."""
         return EngineHints(
             ort_rewrites=("fold_constants", "prequantize_weights", "unify_quantizers",
-                          "reencode_uint8", "fuse_matmul_epilogues"),
+                          "reencode_uint8", "quantize_gemm_bias", "fuse_matmul_epilogues"),
             fp16_sensitive_ops=("LayerNormalization", "Softmax"))
 
 

@@ -83,12 +83,12 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     if int8:
         refuse_uncalibrated(model)  # before any file is written
     job = family.export_plan(model, ckpt, options)
-    exporter = Exporter(model, job.plan)
+    exporter = Exporter(model, family.stamp_plan(job.plan))
     tag = stage_tag(ckpt)
     failed, summary = [], []
     for variant in variants:
         path = out / artifact_name(job.arch, tag, variant, job.batch)
-        result, ok = _export_one(exporter, path, variant, options, job, family.name)
+        result, ok = _export_one(exporter, path, variant, options, job)
         if not ok:
             failed.append(path.name)
         echo(f"{path.name}  ({variant}, opset {result.opset}, {job.shape})")
@@ -104,15 +104,12 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     return 0
 
 
-def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport,
-                family: str):
+def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport):
     from trtqat.export import ValidationError
-    from trtqat.families import FAMILY_KEY
 
     try:
         return exporter.export(path, variant, options.opset, io_dtype=job.io_dtype,
-                               validate=options.validate,
-                               metadata={FAMILY_KEY: family, **job.metadata}), True
+                               validate=options.validate, metadata=job.metadata), True
     except ValidationError as exc:
         return exc.result, False
 
