@@ -77,6 +77,7 @@ def _export(args: argparse.Namespace, folder: Path, start: float) -> tuple[dict,
     import trtqat
     from trtqat import families
     from trtqat.export import export_onnx, lint_model
+    from trtqat.export.onnx_export import image_plan
 
     family = families.of_model(args.model)
     torch.manual_seed(0)
@@ -99,8 +100,8 @@ def _export(args: argparse.Namespace, folder: Path, start: float) -> tuple[dict,
     for key, variant, net in nets:
         # opset 18: the exporter's own; checking a random 1000-class network against PyTorch
         # says little (near-tied logits), the lint is run below
-        export_onnx(net, (calib[0][:1],), paths[key], variant=variant, opset=18,
-                    validate=False)
+        plan = family.stamp_plan(image_plan(calib[0][:1]))  # metadata: the engine hints
+        export_onnx(net, plan, paths[key], variant=variant, opset=18, validate=False)
         _log(start, f"exported {paths[key].name}")
     lint = lint_model(paths["int8"])
     summary = {"findings": len(lint.findings), "summary": lint.summary()}

@@ -56,9 +56,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def _fp32_engine(model: torch.nn.Module, name: str, size: int, out: Path, threads: int):
     from trtqat.engines import build_engine
     from trtqat.export import export_onnx
+    from trtqat.variants import artifact_name
     from trtqat.zoo import synthetic_batches
 
-    path = out / f"{name}-{size}-fp32.onnx"
+    path = out / artifact_name(f"{name}_{size}", "", "fp32")
     export_onnx(model, synthetic_batches(1, 2, size, 2)[0], path, "fp32")
     return build_engine(path, "ort", threads=threads)
 

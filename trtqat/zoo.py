@@ -139,11 +139,12 @@ def run_ptq(name: str, image_size: int, out_dir: str | Path, *,
 def _export(model: nn.Module, name: str, size: int, out: Path, result: ZooResult,
             val_batches: int, seed: int) -> Path:
     from trtqat.export import Exporter, ValidationError
+    from trtqat.variants import artifact_name
 
     val = [(x,) for x in synthetic_batches(val_batches, 32, size, seed + 1)]
     exporter = Exporter(model, synthetic_batches(1, 2, size, seed + 2)[0],
                         validation_data=val)
-    path = out / f"{name}-{size}-int8.onnx"
+    path = out / artifact_name(f"{name}_{size}", "ptq-max", "int8")  # e.g. resnet18_224-ptq-max-int8
     try:
         export = exporter.export(path, "int8", 17)
     except ValidationError as exc:

@@ -217,3 +217,39 @@ def test_export_carries_engine_hints_and_keeps_fp16_sensitive_ops_float32(calibr
         fed_by_cast = [producer[n.input[0]].op_type == "Cast" for n in sensitive
                        if n.op_type == "LayerNormalization"]
         assert all(fed_by_cast) if variant == "int8-fp16" else not any(fed_by_cast)
+
+
+def test_recipes_follow_the_fp32_run(family):
+    from types import SimpleNamespace
+
+    fields = ("epochs", "lr", "min_lr", "momentum", "weight_decay", "opt", "label_smoothing",
+              "data", "image_size", "batch_size")
+    train = family.recipe("train", None)
+    assert (train["opt"], train["lr"], train["epochs"]) == ("adamw", 2e-3, 30)
+    assert family.recipe("calibrate", None) == {"method": "mse"}
+    cfg = SimpleNamespace(**dict.fromkeys(fields))
+    qat = family.recipe("qat", cfg, {"train_args": train})
+    assert (qat["epochs"], qat["opt"], qat["loss"]) == (6, "adamw", "ce")
+    assert qat["lr"] == pytest.approx(3e-4) and qat["min_lr"] == pytest.approx(3e-6)
+    # a longer FP32 run gets a longer QAT; the user's options win
+    assert family.recipe("qat", cfg, {"train_args": {**train, "epochs": 100}})["epochs"] == 20
+    mine = SimpleNamespace(**{**vars(cfg), "epochs": 2, "lr": 1e-5})
+    assert [family.recipe("qat", mine, {"train_args": train})[k] for k in ("epochs", "lr")] == [
+        2, 1e-5]
+
+
+@pytest.mark.parametrize("argv, want", [
+    (["--model", "vit_tiny"], {"opt": "adamw", "lr": 2e-3, "weight_decay": 0.05, "epochs": 30,
+                               "batch_size": 64}),
+    ([], {"opt": "sgd", "lr": 0.05, "weight_decay": 5e-4, "epochs": 15, "batch_size": 32}),
+    (["--model", "vit", "--lr", "1e-3", "-b", "16", "--opt", "sgd"],
+     {"opt": "sgd", "lr": 1e-3, "weight_decay": 0.05, "epochs": 30, "batch_size": 16}),
+])
+def test_train_command_takes_the_family_recipe(argv, want):
+    """`trtqat train --model vit` trains with the ViT recipe unless an option says otherwise."""
+    from trtqat.cli import build_parser
+    from trtqat.cli.options import config_from
+    from trtqat.train.fp32 import TrainConfig
+
+    cfg = config_from(TrainConfig, build_parser().parse_args(["train", *argv]))
+    assert {k: getattr(cfg, k) for k in want} == want

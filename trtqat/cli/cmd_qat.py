@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     O.add_skip_layers(g, "glob patterns of layers kept in float during fine-tuning (added to "
                       "the checkpoint's own), e.g. 'conv1,fc'; see `trtqat sensitivity`")
     g = p.add_argument_group("schedule")
-    O.add_epochs(g, None, "QAT epochs (default: 10%% of the FP32 epochs, at least 1)")
+    O.add_epochs(g, None, "QAT epochs (default: the family's share of the FP32 epochs, at least "
+                 "1; CNNs: 10%%, ViTs: 20%%)")
     g.add_argument("--max-steps", type=positive_int, default=None,
                    help="encoders: stop after this many optimizer steps")
     O.add_max_length(g, None, "encoders: tokens per sentence (default: the calibration's)")

@@ -20,13 +20,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = O.command(subparsers, "train", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("model")
     O.add_model(g, "resnet18", "torchvision classification model name (resnet18, "
-                "mobilenet_v2, ...), a timm name (resnet50.a1_in1k; needs timm), or "
-                "path/to/file.py:factory")
+                "mobilenet_v2, vit_b_16, ...), trtqat's small ViTs (vit, vit_tiny), a timm name "
+                "(resnet50.a1_in1k; needs timm), or path/to/file.py:factory")
     O.add_num_classes(g, "output classes (default: the data set's)")
     O.add_weights(g)
-    O.add_data_args(p)
+    O.add_data_args(p, recipe_batch=True)
     g = p.add_argument_group("schedule")
-    O.add_epochs(g, 15, "training epochs")
+    O.add_epochs(g, None, "training epochs (default: the model family's recipe; CNNs: 15, "
+                 "ViTs: 30)")
     g.add_argument("--warmup-epochs", type=finite_float(ge=0, unit="epochs"), default=1.0,
                    help="linear warm-up before the cosine decay (at most half the run)")
     O.add_optim_args(p)

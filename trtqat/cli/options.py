@@ -213,7 +213,7 @@ def add_fresh(g: Group, help: str) -> None:
 
 # --------------------------------------------------------------------------- option groups
 def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
-                  calibration: bool = False) -> None:
+                  calibration: bool = False, recipe_batch: bool = False) -> None:
     """--data, --image-size, preprocessing, --batch-size, --workers, --seed, --strict."""
     g = p.add_argument_group("data" + (" (default: as in the FP32 run)" if inherit else ""))
     extra = (", a flat folder of images, or a .npy/.npz (N,C,H,W) float array "
@@ -229,7 +229,11 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
                    help="normalization std per channel (default: ImageNet's)")
     g.add_argument("--channels", type=int, choices=[1, 3], default=None,
                    help="image channels: 3 (RGB, default) or 1 (grayscale)")
-    add_batch_size(g, None if inherit else 32)
+    if recipe_batch:  # the model family's recipe fills it
+        add_batch_size(g, None, "batch size per process (default: the model family's "
+                       "recipe; CNNs: 32)")
+    else:
+        add_batch_size(g, None if inherit else 32)
     g.add_argument("--workers", "-j", type=non_negative_int, default=0,
                    help="data loader processes")
     g.add_argument("--seed", type=seed_int, default=0, help="random seed (shuffling, augmentation)")
@@ -271,28 +275,32 @@ def add_accel_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
-    """--lr, --min-lr, --momentum, --weight-decay, --opt, --label-smoothing."""
+    """--lr, --min-lr, --momentum, --weight-decay, --opt, --label-smoothing: every default
+    None, filled by the model family's recipe (``inherit``: derived from the FP32 run)."""
     from trtqat.runopts import FP32_DEFAULTS, OPTIMIZERS
 
-    def default(name: str) -> Any:
-        return None if inherit else FP32_DEFAULTS[name]
+    def cnn(name: str) -> str:
+        return f"; CNNs: {FP32_DEFAULTS[name]}"
 
-    g = p.add_argument_group("optimizer" + (" (default: derived from the FP32 run)"
-                                            if inherit else ""))
-    g.add_argument("--lr", type=finite_float(gt=0), default=default("lr"),
-                   help="peak learning rate"
-                   + (" (default: 1%% of the FP32 lr)" if inherit else ""))
-    g.add_argument("--min-lr", type=finite_float(ge=0), default=default("min_lr"),
+    g = p.add_argument_group("optimizer (default: the model family's recipe"
+                             + (", derived from the FP32 run)" if inherit else ")"))
+    g.add_argument("--lr", type=finite_float(gt=0), default=None,
+                   help="peak learning rate (default: "
+                   + ("the family's share of the FP32 lr; CNNs: 1%%, ViTs: 15%%)" if inherit
+                      else f"the family's{cnn('lr')} SGD, ViTs: 0.002 AdamW)"))
+    g.add_argument("--min-lr", type=finite_float(ge=0), default=None,
                    help="final learning rate of the cosine schedule"
-                   + (" (default: 1%% of --lr)" if inherit else ""))
-    g.add_argument("--momentum", type=finite_float(ge=0, lt=1), default=default("momentum"),
-                   help="SGD momentum (Nesterov)")
-    g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0),
-                   default=default("weight_decay"), help="weight decay")
-    g.add_argument("--opt", choices=list(OPTIMIZERS), default=default("opt"), help="optimizer")
-    g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1),
-                   default=default("label_smoothing"),
-                   help="label smoothing of the cross-entropy loss")
+                   + (" (default: 1%% of --lr)" if inherit else f" (default{cnn('min_lr')})"))
+    same = " (default: the FP32 run's)" if inherit else ""
+    g.add_argument("--momentum", type=finite_float(ge=0, lt=1), default=None,
+                   help="SGD momentum (Nesterov)" + (same or f" (default{cnn('momentum')})"))
+    g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0), default=None,
+                   help="weight decay" + (same or f" (default{cnn('weight_decay')})"))
+    g.add_argument("--opt", choices=list(OPTIMIZERS), default=None,
+                   help="optimizer" + (same or f" (default{cnn('opt')})"))
+    g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1), default=None,
+                   help="label smoothing of the cross-entropy loss"
+                   + (same or f" (default{cnn('label_smoothing')})"))
 
 
 # --------------------------------------------------------------------------- commands
