@@ -231,6 +231,9 @@ def test_recipes_follow_the_fp32_run(family):
     qat = family.recipe("qat", cfg, {"train_args": train})
     assert (qat["epochs"], qat["opt"], qat["loss"]) == (6, "adamw", "ce")
     assert qat["lr"] == pytest.approx(3e-4) and qat["min_lr"] == pytest.approx(3e-6)
+    # without a recorded FP32 run (calibrated from a float model): the ViT train recipe
+    bare = family.recipe("qat", cfg, {})
+    assert (bare["lr"], bare["opt"], bare["batch_size"]) == (pytest.approx(3e-4), "adamw", 64)
     # a longer FP32 run gets a longer QAT; the user's options win
     assert family.recipe("qat", cfg, {"train_args": {**train, "epochs": 100}})["epochs"] == 20
     mine = SimpleNamespace(**{**vars(cfg), "epochs": 2, "lr": 1e-5})

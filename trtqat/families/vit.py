@@ -287,10 +287,13 @@ class ViTFamily(CNNFamily):
         if stage == "calibrate":
             return {"method": "mse"}
         if stage == "qat" and cfg is not None:
-            fp32 = {**FP32_DEFAULTS, **dict((source or {}).get("train_args") or {})}
+            recorded = dict((source or {}).get("train_args") or {})  # the FP32 run's options
+            fp32 = {**FP32_DEFAULTS, **self.recipe("train", None),
+                    **{k: v for k, v in recorded.items() if v is not None}}
             cfg = copy.copy(cfg)  # the CNN rule then fills the rest from these two
             cfg.epochs = cfg.epochs or max(1, math.ceil(QAT_EPOCH_FRACTION * fp32["epochs"]))
             cfg.lr = cfg.lr or QAT_LR_FRACTION * fp32["lr"]
+            source = {**(source or {}), "train_args": fp32}
         return super().recipe(stage, cfg, source)
 
     def engine_hints(self) -> EngineHints:
