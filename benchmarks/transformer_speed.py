@@ -38,6 +38,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _bench
+
+from _bench import choose_threads, interleaved, save_results  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 TARGET = 1.5
@@ -60,13 +64,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-ort-dynamic", action="store_true", help="skip quantize_dynamic")
     p.add_argument("--out", default="runs/transformer_speed", help="results folder")
     return p.parse_args(argv)
-
-
-def _threads(requested: int | None) -> tuple[int, str]:
-    if requested:
-        return requested, "given"
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    return (2, f"idle (load {load:.2f}/core)") if load < 0.5 else (1, f"busy (load {load:.2f}/core)")
 
 
 def _export(model, tok, q, folder: Path, sentences: list[str], exporter: str) -> tuple[dict, str]:
@@ -114,25 +111,6 @@ def _full_rows(tok, sentences: list[str], batch: int, seq_len: int) -> dict[str,
     return {k: v.numpy() for k, v in enc.items()}
 
 
-def _interleaved(runners: dict[str, Any], feed: dict, rounds: int, warmup: int) -> dict:
-    names = list(runners)
-    for name in names:
-        for _ in range(warmup):
-            runners[name].infer(feed)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            runners[name].infer(feed)
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return times
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
-
-
 def _cpu_flags() -> str:
     try:
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -149,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import onnxruntime
     import torch
 
+    from trtqat.arrays import row_cosines
     from trtqat.engines import build_engine
     from trtqat.engines.ort_qdq import count_compute_nodes
     from trtqat.transformers import (
@@ -159,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     from trtqat.transformers.minilm import tokenize
 
-    threads, why = _threads(args.threads)
+    threads, why = choose_threads(args.threads)
     torch.set_num_threads(threads)
     out_dir = Path(args.out) / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -208,13 +187,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         held = list(corpus.heldout[:args.check_sentences])
         feed = {k: v.numpy() for k, v in tokenize(tok, held, max_length=args.seq_len).items()}
         outs = {n: next(iter(r.infer(feed).values())) for n, r in runners.items()}
-        cos = {n: _cosine(outs["fp32"], o) for n, o in outs.items() if n != "fp32"}
+        cos = {n: row_cosines(outs["fp32"], o) for n, o in outs.items() if n != "fp32"}
         results["cosine_vs_fp32"] = {n: {"mean": float(c.mean()), "min": float(c.min())}
                                      for n, c in cos.items()}
         for batch in [int(b) for b in args.batch_sizes.split(",") if b.strip()]:
             rounds = args.rounds or (30 if batch == 1 else 6)
             feed = _full_rows(tok, list(corpus.heldout[:64]), batch, args.seq_len)
-            times = _interleaved(runners, feed, rounds, args.warmup)
+            times = interleaved(runners, feed, rounds, args.warmup)
             med = {n: float(np.median(t)) for n, t in times.items()}
             results["batches"][batch] = {"median_ms": med, "rounds": rounds, "times_ms": times}
     finally:
@@ -230,10 +209,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "rows": "full-length real text, attention mask all ones"},
         int8_compute_nodes=counts, int8_reencode=report)
     _print(results)
-    from trtqat.atomic import write_json
-
-    write_json(out_dir / "results.json", results, default=str)
-    print(f"results in {out_dir}")
+    save_results(out_dir, results)
     return results
 
 

@@ -35,10 +35,12 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _bench
+
+from _bench import choose_threads, save_results  # noqa: E402
 
 import trtqat  # noqa: E402
 from trtqat import families  # noqa: E402
-from trtqat.atomic import write_json  # noqa: E402
 from trtqat.train import distributed as D  # noqa: E402
 from trtqat.train.data import make_datasets, make_loader, make_loaders  # noqa: E402
 from trtqat.train.loop import cosine_lambda, evaluate, train_one_epoch  # noqa: E402
@@ -180,8 +182,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns 0 when the targets are met, 1 otherwise."""
     a = parse_args(argv)
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    a.threads = a.threads or (2 if load < 0.5 else 1)
+    a.threads, _ = choose_threads(a.threads)
     torch.set_num_threads(a.threads)
     start = time.perf_counter()
     family = families.of_model(a.model)
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                           "machine": platform.machine(), "cpus": os.cpu_count()}}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "results.json", results)
+    save_results(out, results)
     return 0 if gap_ok and above_ok else 1
 
 

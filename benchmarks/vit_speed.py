@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
 import json
 import os
 import platform
@@ -33,6 +34,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _bench
+
+from _bench import choose_threads, interleaved, save_results  # noqa: E402
 
 TARGET = 1.5
 
@@ -57,13 +61,6 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="also time the FP32 export of torchvision's nn.MultiheadAttention")
     p.add_argument("--out", default="runs/vit_speed", help="results folder")
     return p.parse_args(argv)
-
-
-def _threads(requested: int | None) -> tuple[int, str]:
-    if requested:
-        return requested, "given"
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    return (2, f"idle (load {load:.2f}/core)") if load < 0.5 else (1, f"busy (load {load:.2f}/core)")
 
 
 def _log(start: float, text: str) -> None:
@@ -111,21 +108,9 @@ def _export(args: argparse.Namespace, folder: Path, start: float) -> tuple[dict,
     return paths, [{name: c.numpy()} for c in calib], summary
 
 
-def _interleaved(runners: dict[str, Any], feed: dict, rounds: int, warmup: int,
-                 start: float) -> dict[str, list[float]]:
-    names = list(runners)
-    for name in names:
-        for _ in range(warmup):
-            runners[name].infer(feed)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            t = time.perf_counter()
-            runners[name].infer(feed)
-            times[name].append((time.perf_counter() - t) * 1e3)
-        _log(start, f"  round {r + 1}/{rounds}: " + ", ".join(
-            f"{n} {times[n][-1]:.0f} ms" for n in names))
-    return times
+def _log_round(start: float, rounds: int, r: int, times: dict[str, list[float]]) -> None:
+    _log(start, f"  round {r + 1}/{rounds}: "
+         + ", ".join(f"{n} {v[-1]:.0f} ms" for n, v in times.items()))
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -154,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from trtqat.engines import build_engine
     from trtqat.engines.ort_qdq import count_compute_nodes
 
-    threads, why = _threads(args.threads)
+    threads, why = choose_threads(args.threads)
     torch.set_num_threads(threads)
     start = time.perf_counter()
     out_dir = Path(args.out) / f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
@@ -185,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             feed = {next(iter(feeds[0])): gen.standard_normal(
                 (batch, 3, size, size), dtype=np.float32)}
             _log(start, f"batch {batch}: {rounds} interleaved rounds")
-            times = _interleaved(runners, feed, rounds, args.warmup, start)
+            times = interleaved(runners, feed, rounds, args.warmup,
+                                functools.partial(_log_round, start, rounds))
             outs = {n: next(iter(r.infer(feed).values())) for n, r in runners.items()}
             spread = {n: _spread(t) for n, t in times.items()}
             results["batches"][batch] = {
@@ -209,10 +195,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_avg": os.getloadavg(), "wall_s": round(time.perf_counter() - start, 1)}
     _print(results)
-    from trtqat.atomic import write_json
-
-    write_json(out_dir / "results.json", results, default=str)
-    print(f"results in {out_dir}")
+    save_results(out_dir, results)
     return results
 
 
