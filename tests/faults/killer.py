@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 def _install_killer(target: str, nth: int) -> None:
     import trtqat.atomic as atomic
     import trtqat.export.result as export_result
-    import trtqat.train.checkpoint as checkpoint
+    import trtqat.runs.checkpoint as checkpoint
 
     real = atomic.publish
     seen = {"n": 0}

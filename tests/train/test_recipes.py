@@ -10,15 +10,16 @@ import pytest
 import torch
 import yaml
 
+from trtqat.families import build_from_checkpoint
 from trtqat.families.cnn import CNNFamily
+from trtqat.families.cnn.models import build_model
 from trtqat.quant.model_ops import quantizers
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-from trtqat.train.fp32 import TrainConfig, train_fp32
-from trtqat.train.loop import NonFiniteLossError
-from trtqat.train.models import build_model
-from trtqat.train.qat import QATConfig, qat_finetune
-from trtqat.train.recipes import ConfigError
-from trtqat.train.run_dir import RunDirError, read_metrics
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.loop import NonFiniteLossError
+from trtqat.runs.recipes import ConfigError
+from trtqat.runs.run_dir import RunDirError, read_metrics
+from trtqat.stages.qat import QATConfig, qat_finetune
+from trtqat.stages.train import TrainConfig, train_fp32
 
 RECORD_KEYS = {"stage", "epoch", "train_loss", "train_top1", "train_top5", "val_loss",
                "val_top1", "val_top5", "lr", "images_per_s", "wall_time_s"}
@@ -163,7 +164,7 @@ def test_configs_check_their_options():
         TrainConfig(resume=True, overwrite=True)
     with pytest.raises(ConfigError, match="--checkpoint"):
         QATConfig()
-    from trtqat.train.ptq import CalibrateConfig
+    from trtqat.stages.calibrate import CalibrateConfig
 
     with pytest.raises(ConfigError, match="--method"):
         CalibrateConfig(checkpoint="x.pt", method="kl")

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtqat.train.checkpoint import CheckpointError, load_checkpoint
-from trtqat.transformers.checkpoint import (
+from trtqat.families.encoder.checkpoint import (
     build_encoder_from_checkpoint,
     encoder_spec,
     is_encoder_checkpoint,
     load_encoder_checkpoint,
     save_encoder_checkpoint,
 )
-from trtqat.transformers.minilm import embed
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.families.encoder.minilm import embed
+from trtqat.families.encoder.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.runs.checkpoint import CheckpointError, load_checkpoint
 
 
 def test_quantized_round_trip(tiny_dir, tiny, sentences, tmp_path):
@@ -55,7 +55,7 @@ def test_wrong_checkpoints_are_refused(tiny_dir, tiny, tmp_path):
 
 
 def test_qat_checkpoint_with_learned_ranges(tiny_dir, tiny, sentences, tmp_path):
-    from trtqat.transformers.recipes import EncoderQATConfig, qat_encoder
+    from trtqat.families.encoder.recipes import EncoderQATConfig, qat_encoder
 
     model, tok = tiny
     q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))

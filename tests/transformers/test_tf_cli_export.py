@@ -11,8 +11,8 @@ pytest.importorskip("onnxruntime")
 
 from trtqat.cli import main  # noqa: E402
 from trtqat.export import artifact_name  # noqa: E402
-from trtqat.transformers.checkpoint import encoder_spec, save_encoder_checkpoint  # noqa: E402
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder  # noqa: E402
+from trtqat.families.encoder.checkpoint import encoder_spec, save_encoder_checkpoint  # noqa: E402
+from trtqat.families.encoder.recipes import EncoderCalibConfig, calibrate_encoder  # noqa: E402
 
 
 def test_int8_export_of_an_encoder_checkpoint(tiny, tiny_dir, sentences, tmp_path, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.families.encoder.recipes import EncoderCalibConfig, calibrate_encoder
 
 
 @pytest.mark.parametrize("learn_amax", [False, True])

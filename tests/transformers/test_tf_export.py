@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from trtqat.quant import export_mode
-from trtqat.transformers.export import (
+from trtqat.families.encoder.export import (
     OUTPUT_NAMES,
     encoder_dynamic_axes,
     encoder_input_names,
     encoder_shapes,
     example_inputs_for_encoder,
 )
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.families.encoder.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.quant import export_mode
 
 
 def test_example_inputs(tiny):

@@ -11,11 +11,11 @@ pytest.importorskip("onnxruntime")
 
 from trtqat.export import ExportError, ValidationError, lint_model  # noqa: E402
 from trtqat.export.validate import ort_session  # noqa: E402
-from trtqat.transformers import export_encoder, quantize_transformer  # noqa: E402
-from trtqat.transformers import onnx_export as enc_export  # noqa: E402
-from trtqat.transformers.export import example_inputs_for_encoder  # noqa: E402
-from trtqat.transformers.onnx_export import EncoderExporter, fidelity_check  # noqa: E402
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder  # noqa: E402
+from trtqat.families.encoder import export_encoder, quantize_transformer  # noqa: E402
+from trtqat.families.encoder import onnx_export as enc_export  # noqa: E402
+from trtqat.families.encoder.export import example_inputs_for_encoder  # noqa: E402
+from trtqat.families.encoder.onnx_export import EncoderExporter, fidelity_check  # noqa: E402
+from trtqat.families.encoder.recipes import EncoderCalibConfig, calibrate_encoder  # noqa: E402
 
 
 @pytest.fixture

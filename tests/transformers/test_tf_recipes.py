@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from trtqat.errors import QuantizerStateError
-from trtqat.quant.model_ops import quantizers
-from trtqat.transformers.minilm import embed, tokenize
-from trtqat.transformers.recipes import (
+from trtqat.families.encoder.minilm import embed, tokenize
+from trtqat.families.encoder.recipes import (
     EncoderCalibConfig,
     EncoderConfigError,
     EncoderQATConfig,
@@ -21,6 +20,7 @@ from trtqat.transformers.recipes import (
     quantized_copy,
     set_amax,
 )
+from trtqat.quant.model_ops import quantizers
 
 MAX_LEN = 32
 

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat compare``."""
-    from trtqat.compare.run import CompareConfig, compare
+    from trtqat.stages.compare.run import CompareConfig, compare
 
     report = compare(O.config_from(CompareConfig, args))
     # a failed variant or a failed check is in the report, and in the exit code

@@ -73,7 +73,7 @@ SECONDS = finite_float(gt=0, unit="seconds")
 
 def image_size_arg(text: str) -> int | tuple[int, int]:
     """argparse type of --image-size/--resize: N or HxW."""
-    from trtqat.train.data_sources import DataSourceError, parse_size
+    from trtqat.sizes import DataSourceError, parse_size
 
     try:
         return parse_size(text)
@@ -259,7 +259,7 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
 
 
 def add_accel_args(p: argparse.ArgumentParser) -> None:
-    """--amp, --channels-last, --compile (trtqat.train.accel; CNNs and encoders alike)."""
+    """--amp, --channels-last, --compile (trtqat.runs.accel; CNNs and encoders alike)."""
     from trtqat.runopts import AMP_CHOICES
 
     g = p.add_argument_group("speed (checkpoints stay float32)")

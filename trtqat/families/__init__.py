@@ -20,6 +20,7 @@ from trtqat.families.base import (
     UnsupportedStageError,
 )
 from trtqat.families.registry import FAMILIES
+from trtqat.runs import checkpoint as _checkpoint
 
 
 class UnknownFamilyError(TrtqatError, ValueError):
@@ -67,11 +68,22 @@ def of_source(checkpoint: str | None, model: str | None = None
     """The family of a stage's input and the loaded checkpoint: ``--checkpoint`` when given
     (its tag), else ``--model`` (no checkpoint: None)."""
     if checkpoint:
-        from trtqat.train.checkpoint import load_checkpoint
+        from trtqat.runs.checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(checkpoint)
         return of_checkpoint(ckpt), ckpt
     return of_model(model or ""), None
+
+
+def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -> Any:
+    """Rebuild the model a checkpoint describes and load its weights, whatever its family
+    (``of_checkpoint(ckpt).load``).
+
+    ``quantized=None`` builds what the checkpoint holds; ``True`` on an FP32 checkpoint gives
+    an uncalibrated quantized model with the FP32 weights (the start of PTQ); ``False`` on a
+    quantized one gives its weights in float.
+    """
+    return of_checkpoint(ckpt).load(ckpt, quantized)
 
 
 def summarized(family: ModelFamily, stage: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +107,9 @@ def of_onnx(model: Any) -> ModelFamily:
     return get("cnn")
 
 
-__all__ = ["FAMILY_KEY", "of_onnx", "EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
+# the checkpoint loader checks each family's required "model" keys
+_checkpoint.register_spec_keys(lambda ckpt: of_checkpoint(ckpt).spec_keys)
+
+__all__ = ["FAMILY_KEY", "build_from_checkpoint", "of_onnx", "EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
            "UnsupportedStageError", "all_families", "get", "names", "of_checkpoint", "of_model",
            "of_source", "summarized"]

@@ -10,37 +10,19 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from torch import nn
 
 from trtqat.engines.hints import EngineHints
 from trtqat.errors import TrtqatError
+from trtqat.families.types import (
+    ExportInputs,
+    StageData,
+    Variant,
+)
 
 FAMILY_KEY = "trtqat.family"  # ONNX metadata: the family an exported file came from
-
-
-@dataclass
-class ExportInputs:
-    """What export needs: example inputs, ONNX input/output names, dynamic axes."""
-
-    example: tuple[Any, ...]                 # positional inputs of model.forward
-    input_names: list[str]
-    output_names: list[str]
-    dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
-
-
-@dataclass
-class StageData:
-    """What :meth:`ModelFamily.data` gives a stage: ``train`` (training or calibration
-    batches; sentences for encoders), ``val`` (held-out data, None when the data has no
-    labels) and what the data says about itself (``classes``, ``info``)."""
-
-    train: Any
-    val: Any | None = None
-    classes: int | None = None
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class UnsupportedStageError(TrtqatError, ValueError):
@@ -134,11 +116,20 @@ class ModelFamily(abc.ABC):
     # Image families inherit the CNN's; each returns what the stage's own module defines.
     def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
         """How ``trtqat export`` exports this family's checkpoint with ``options``
-        (``trtqat.train.export_run.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
+        (``trtqat.stages.export.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
         raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
 
+    def load_variant(self, variant: Variant) -> nn.Module:
+        """The model of a compare variant, from its checkpoint (quantized for INT8
+        variants), in eval mode."""
+        from trtqat.runs.checkpoint import load_checkpoint
+        from trtqat.variants import variant as variant_row
+
+        ckpt = load_checkpoint(variant.checkpoint)
+        return self.load(ckpt, quantized=variant_row(variant.export_variant).int8).eval()
+
     def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
-        """What ``trtqat compare`` measures every variant on (``trtqat.compare.data.EvalData``)."""
+        """What ``trtqat compare`` measures every variant on (``trtqat.stages.compare.data.EvalData``)."""
         raise UnsupportedStageError(f"the {self.name} family has no compare data")
 
     def sensitivity_data(self, ckpt: dict[str, Any], cfg: Any, device: Any) -> tuple[list, dict]:
@@ -147,7 +138,7 @@ class ModelFamily(abc.ABC):
                                   "yet: pass the best.pt of a CNN calibrate/qat run")
 
     # ---- stages -------------------------------------------------------------------------
-    # The library verbs (trtqat.train: train_fp32, calibrate, qat_finetune) find the family
+    # The library verbs (trtqat.stages: train_fp32, calibrate, qat_finetune) find the family
     # once and call these; a family without a stage says so in one line.
     def run_train(self, cfg: Any) -> dict[str, Any]:
         """``trtqat train``: FP32 training from ``cfg`` (a ``TrainConfig``)."""

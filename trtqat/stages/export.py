@@ -1,0 +1,115 @@
+"""``export_checkpoint``: a checkpoint of any family to checked ONNX variants.
+
+The family (:func:`trtqat.families.of_checkpoint`) loads the model and builds its
+:class:`~trtqat.export.onnx_export.ExportPlan` (``family.export_plan``); one
+:class:`~trtqat.export.onnx_export.Exporter` writes every variant under the one naming rule
+(:func:`trtqat.variants.artifact_name`), then ``export.json`` sums it up. The image
+classifiers' plan (CNN, and families derived from it) is :func:`image_export` here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtqat.families.types import FamilyExport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExportOptions:
+    """Options of ``trtqat export`` (family-specific ones are refused by the others)."""
+
+    checkpoint: str = ""
+    variant: str = "all"
+    out: str = "export"
+    opset: int = 17
+    batch: int | None = None            # images: a fixed batch (None: dynamic)
+    dynamic: tuple[str, ...] | None = None  # images: of batch, height, width
+    image_size: Any = None              # images
+    io_dtype: str = "fp32"              # images: input/output dtype of fp16 variants
+    val_batches: int | None = None      # images
+    fold_bn: bool = True                # images
+    skip_layers: tuple[str, ...] = ()   # images
+    max_length: int | None = None       # encoders: tokens of the traced example
+    data: str | None = None             # validation data (default: the checkpoint's)
+    validate: bool = True
+
+
+def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = print) -> int:
+    """Export every requested variant of ``options.checkpoint``; print each file's checks;
+    write ``export.json``. :class:`ExportError` if any variant failed its checks."""
+    from trtqat import families
+    from trtqat.export import ExportError
+    from trtqat.export.calibrated import refuse_uncalibrated
+    from trtqat.export.onnx_export import Exporter
+    from trtqat.export.result import check_writable
+    from trtqat.finite import check_finite_arrays
+    from trtqat.runs.checkpoint import load_checkpoint
+    from trtqat.variants import INT8_VARIANTS, artifact_name, expand_variants, stage_tag
+
+    variants = expand_variants(options.variant)
+    ckpt = load_checkpoint(options.checkpoint)
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {options.checkpoint}",
+                        "nothing exported; retrain it with a lower --lr")
+    family = families.of_checkpoint(ckpt)
+    spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
+    int8 = any(v in INT8_VARIANTS for v in variants)
+    if int8 and not spec.get("quantized"):
+        raise ExportError(
+            f"{options.checkpoint} is a {stage} checkpoint without quantizer state, so it has "
+            "no INT8 form: run `trtqat calibrate` (PTQ) or `trtqat qat` first, or export "
+            "--variant fp32/fp16")
+    out = check_writable(options.out)
+    model = family.load(ckpt)
+    if int8:
+        refuse_uncalibrated(model)  # before any file is written
+    job = family.export_plan(model, ckpt, options)
+    exporter = Exporter(model, family.stamp_plan(job.plan))
+    tag = stage_tag(ckpt)
+    failed, summary = [], []
+    for variant in variants:
+        path = out / artifact_name(job.arch, tag, variant, job.batch)
+        result, ok = _export_one(exporter, path, variant, options, job)
+        if not ok:
+            failed.append(path.name)
+        echo(f"{path.name}  ({variant}, opset {result.opset}, {job.shape})")
+        for line in result.lines():
+            echo(f"  {line}")
+        echo(f"  -> {path if ok else 'not written'}")
+        summary.append(result.to_dict() | {"written": ok})
+    _write_summary(out, options, {"family": family.checkpoint_tag or family.name, **job.info},
+                   summary)
+    if failed:
+        raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
+                          f"and were not written: {', '.join(failed)}")
+    return 0
+
+
+def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport):
+    from trtqat.export import ValidationError
+
+    try:
+        return exporter.export(path, variant, options.opset, io_dtype=job.io_dtype,
+                               validate=options.validate, metadata=job.metadata), True
+    except ValidationError as exc:
+        return exc.result, False
+
+
+def _write_summary(out: Path, options: ExportOptions, info: dict[str, Any],
+                   results: list[dict[str, Any]]) -> None:
+    from trtqat.atomic import write_json
+
+    payload = {"checkpoint": str(options.checkpoint), "variant": options.variant,
+               "opset": options.opset, **info, "results": results}
+    write_json(out / "export.json", payload)
+
+
+
+
+
+
