@@ -38,6 +38,9 @@ class ExportOptions:
     max_length: int | None = None       # encoders: tokens of the traced example
     data: str | None = None             # validation data (default: the checkpoint's)
     validate: bool = True
+    input_names: tuple[str, ...] = ()   # ONNX names (default: the family's or the model's)
+    output_names: tuple[str, ...] = ()
+    nms: bool = False                   # detectors: also write a file with box decoding + NMS
 
 
 def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = print) -> int:
@@ -69,6 +72,9 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     if int8:
         refuse_uncalibrated(model)  # before any file is written
     job = family.export_plan(model, ckpt, options)
+    if options.nms and job.post is None:
+        raise ExportError(f"--nms adds box decoding and NMS to detectors; {options.checkpoint} "
+                          f"holds a {family.name} model: drop --nms")
     exporter = Exporter(model, family.stamp_plan(job.plan))
     tag = stage_tag(ckpt)
     failed, summary = [], []
@@ -81,6 +87,9 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
         for line in result.lines():
             echo(f"  {line}")
         echo(f"  -> {path if ok else 'not written'}")
+        if ok and job.post is not None:
+            for line in job.post(path, result):
+                echo(line)
         summary.append(result.to_dict() | {"written": ok})
     _write_summary(out, options, {"family": family.checkpoint_tag or family.name, **job.info},
                    summary)

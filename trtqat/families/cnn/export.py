@@ -38,7 +38,8 @@ def image_export(family, model: nn.Module, ckpt: dict[str, Any], options: Export
     val = None if not options.validate else _validation_loader(ckpt, options, prep)
     plan = image_plan(inputs.example, validation_data=val, dynamic_axes=axes,
                       fold_bn=options.fold_bn)
-    plan.input_names, plan.output_names = inputs.input_names, inputs.output_names
+    plan.input_names = list(options.input_names) or inputs.input_names
+    plan.output_names = list(options.output_names) or inputs.output_names
     plan.checks = family.export_check
     shape = (f"dynamic {', '.join(axes)}" if axes else "static") + (
         f", batch {batch}" if batch else "")
@@ -65,8 +66,7 @@ def dynamic_axes(options: ExportOptions) -> tuple[str, ...]:
 def _validation_loader(ckpt: dict[str, Any], options: ExportOptions, prep):
     """The validation split of the checkpoint's data (its images alone for unlabelled data:
     a flat folder or an array)."""
-    from trtqat.families.cnn.data import make_loader
-    from trtqat.families.cnn.data import calibration_datasets
+    from trtqat.families.cnn.data import calibration_datasets, make_loader
 
     saved = ckpt.get("args") or {}
     data = options.data or (saved.get("data") if isinstance(saved, dict) else None) or "digits"

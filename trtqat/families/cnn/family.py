@@ -85,8 +85,7 @@ class CNNFamily(ModelFamily):
         validation loader when the data has labels. ``info["prep"]``: the preprocessing (an
         array sets its own size).
         """
-        from trtqat.families.cnn.data import make_loader, make_loaders
-        from trtqat.families.cnn.data import calibration_datasets
+        from trtqat.families.cnn.data import calibration_datasets, make_loader, make_loaders
 
         prep, batch = context["prep"], context["batch_size"]
         common = {"workers": cfg.workers, "seed": cfg.seed,
@@ -133,6 +132,12 @@ class CNNFamily(ModelFamily):
     def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
         """QAT (``trtqat.stages.qat``) of the calibrated checkpoint, with cross-entropy."""
         from trtqat.families.cnn.qat import finetune_classifier
+
+        if getattr(cfg, "distill", None):
+            from trtqat.runopts import ConfigError
+
+            raise ConfigError("--distill is for detectors; image classifiers fine-tune with "
+                              "cross-entropy: drop --distill")
 
         return finetune_classifier(cfg, self, source)
 

@@ -73,7 +73,7 @@ FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
 SPLIT_SEED = 0  # the train/held-out split is the same in every stage
 EMBED_BATCH = 64
 # Options of image classifiers that an encoder run does not take (refused or ignored).
-UNSUPPORTED = ("resume", "stop_after")
+UNSUPPORTED = ("resume", "stop_after", "distill")
 IGNORED = ("momentum", "opt", "label_smoothing", "image_size", "limit_batches")
 
 
