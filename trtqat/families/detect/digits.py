@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 DATA_SEED = 0  # the digit split and every canvas (the same in every stage and run)
-TRAIN_IMAGES = 2000
+TRAIN_IMAGES = 1600
 VAL_IMAGES = 300
 MAX_DIGITS = 4
 CLASSES = [str(i) for i in range(10)]

@@ -10,7 +10,7 @@ from torch import nn
 from trtqat.families.base import ExportInputs, ModelFamily, StageData
 
 # `trtqat train` defaults of a detector (the built-in one reaches mAP@.5 >= 0.9 with them)
-TRAIN_RECIPE: dict[str, Any] = {"image_size": 96, "batch_size": 32, "epochs": 10, "lr": 0.01,
+TRAIN_RECIPE: dict[str, Any] = {"image_size": 96, "batch_size": 32, "epochs": 10, "lr": 0.005,
                                 "min_lr": 1e-4, "opt": "adamw", "weight_decay": 5e-4,
                                 "momentum": 0.9, "data": "digits"}
 CALIB_METHOD = "percentile"

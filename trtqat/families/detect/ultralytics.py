@@ -117,7 +117,7 @@ def head_float_layers(model: nn.Module) -> tuple[str, ...]:
         names += [f"model.{i}.one2one_cv2.*.2", f"model.{i}.one2one_cv3.*.2"]
     if isinstance(getattr(head, "dfl", None), nn.Module) and any(
             isinstance(m, nn.Conv2d) for m in head.dfl.modules()):
-        names.append(f"model.{i}.dfl")
+        names.append(f"model.{i}.dfl*")  # the DFL module and its conv
     return tuple(names)
 
 
