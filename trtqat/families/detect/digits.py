@@ -9,6 +9,8 @@ stage and every run; the digits of the validation canvases are never in the trai
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,7 @@ MAX_DIGITS = 4
 CLASSES = [str(i) for i in range(10)]
 
 
+@functools.cache
 def _digit_pool(split: str) -> tuple[np.ndarray, np.ndarray]:
     """The 8x8 digit images (float in [0, 1]) and labels of one split (80/20)."""
     from trtqat.optional import require

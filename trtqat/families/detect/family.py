@@ -35,10 +35,6 @@ class DetectFamily(ModelFamily):
 
         return kind_of(model) is not None
 
-    def claims_onnx(self, input_names: Sequence[str]) -> bool:
-        """One input called ``images``: Ultralytics' (and this family's) exports."""
-        return list(input_names) == ["images"]
-
     # ---- models -------------------------------------------------------------------------
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
         """The float detector ``--model`` names (see :mod:`.sources`)."""
