@@ -197,3 +197,16 @@ def test_classifier_options_refused_for_detect_only_features() -> None:
 
     with pytest.raises(ConfigError, match="--distill is for detectors"):
         families.get("cnn").run_qat(types.SimpleNamespace(distill=1.0), {})
+
+
+def test_reencoding_agreement_of_detectors_is_per_confident_anchor() -> None:
+    from trtqat.engines.detect_agreement import agreement
+
+    ref = _raw([[10, 10, 30, 30], [40, 40, 60, 70]], [0, 2])
+    assert agreement(ref, ref.copy()) == (2, 2)
+    moved = ref.copy()
+    moved[0, 0, 1] += 0.5  # half a pixel: the same detection
+    assert agreement(ref, moved) == (2, 2)
+    moved[0, 0, 0] += 8.0  # 8 px on a 20 px box: IoU < 0.8
+    moved[0, 4 + 1, 1] = 0.95  # another class wins
+    assert agreement(ref, moved) == (0, 2)

@@ -161,6 +161,15 @@ class DetectFamily(ModelFamily):
         axes = {} if batch else {ins[0]: {0: "batch"}, outs[0]: {0: "batch"}}
         return ExportInputs((images,), ins, outs, axes)
 
+    def stamp_plan(self, plan: Any) -> Any:
+        """The family's metadata, and ``trtqat.task=detection``: engine builders then check
+        a re-encoding by detection agreement (``trtqat.engines.detect_agreement``)."""
+        import dataclasses
+
+        plan = super().stamp_plan(plan)
+        return dataclasses.replace(plan, metadata={**plan.metadata,
+                                                   "trtqat.task": "detection"})
+
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
                      context: Any = None) -> list[Any]:
         """Boxes (pixels) and scores each on their own scale (see ``export.detection_checks``)."""
