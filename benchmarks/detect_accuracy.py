@@ -56,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="4 batches per epoch (a smoke run)")
     p.add_argument("--runs", default=None, help="where the run folders go (default: a temp dir)")
+    p.add_argument("--reuse", action="store_true", help="take FP32 and PTQ from finished runs "
+                   "in --runs (QAT only runs again, e.g. with --distill)")
     p.add_argument("--out", default=None, help="results folder (default runs/detect_accuracy/"
                    "<time>)")
     return p.parse_args(argv)
@@ -71,14 +73,23 @@ def one_seed(seed: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     limit = 4 if args.quick else None
     common = {"seed": seed, "progress": False, "overwrite": True, "limit_batches": limit}
     t0 = time.perf_counter()
-    fp32 = train_fp32(TrainConfig(model="yolo_digits", epochs=args.epochs,
-                                  out=str(root / "fp32"), **common))
+    if args.reuse:
+        fp32 = {"best_map": load_checkpoint(root / "fp32" / "best.pt")["best_map"]}
+    else:
+        fp32 = train_fp32(TrainConfig(model="yolo_digits", epochs=args.epochs,
+                                      out=str(root / "fp32"), **common))
     out: dict[str, Any] = {"fp32": _score(fp32), "fp32_time_s": time.perf_counter() - t0,
                            "ptq": {}}
     # the best FP32 epoch's mAP@.5 (the score of best.pt)
     best = load_checkpoint(root / "fp32" / "best.pt")
     out["fp32"]["map50"] = float(best["metrics"]["val_map50"])
     for label, method, pct in CALIBRATORS:
+        done = root / f"ptq-{label.replace(' ', '-')}" / "best.pt"
+        if args.reuse:
+            ckpt = load_checkpoint(done)
+            out["ptq"][label] = {"map": float(ckpt["best_map"]),
+                                 "map50": float(ckpt["metrics"]["val_map50"])}
+            continue
         res = calibrate(CalibrateConfig(checkpoint=str(root / "fp32" / "best.pt"),
                                         method=method, percentile=pct,
                                         num_batches=args.calib_batches,
@@ -88,7 +99,9 @@ def one_seed(seed: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     t1 = time.perf_counter()
     qat = qat_finetune(QATConfig(checkpoint=str(root / f"ptq-{QAT_FROM.replace(' ', '-')}"
                                                / "best.pt"), epochs=args.qat_epochs,
-                                 distill=args.distill, out=str(root / "qat"), **common))
+                                 distill=args.distill,
+                                 out=str(root / ("qat-distill" if args.distill else "qat")),
+                                 **common))
     out["qat"] = _score(qat)
     out["qat_time_s"] = time.perf_counter() - t1
     print(f"seed {seed}: fp32 {out['fp32']}  ptq "

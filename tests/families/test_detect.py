@@ -210,3 +210,14 @@ def test_reencoding_agreement_of_detectors_is_per_confident_anchor() -> None:
     moved[0, 0, 0] += 8.0  # 8 px on a 20 px box: IoU < 0.8
     moved[0, 4 + 1, 1] = 0.95  # another class wins
     assert agreement(ref, moved) == (0, 2)
+
+
+def test_a_model_built_under_initialize_keeps_its_head_float() -> None:
+    from trtqat.quant import quant_modules
+
+    with quant_modules.initialized():
+        model = YoloDigits(10, widths=(8, 16, 16, 16))
+    assert not any(q.disabled for _, q in quantizers(model))  # initialize() quantized the head
+    families.get("detect").quantize(model)
+    off = {n.rsplit(".", 1)[0] for n, q in quantizers(model) if q.disabled}
+    assert off == {f"head.{k}.{i}" for k in ("box", "cls") for i in range(3)}

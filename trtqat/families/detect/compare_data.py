@@ -31,27 +31,15 @@ def detection_data(family: Any, variants: list[Variant], settings: dict[str, Any
     targets = np.empty(len(images), dtype=object)
     targets[:] = [t for _, ts in scored for t in ts]
 
+    exporters: dict[tuple[Any, bool], Any] = {}  # one trace per checkpoint and kind
+
     def export(variant: Variant, path: Path, validate: bool) -> None:
-        import torch
+        from trtqat.variants import variant as variant_row
 
-        from trtqat.export import export_onnx
-        from trtqat.export.onnx_export import image_plan
-        from trtqat.families.detect.sources import float_layers, io_names
-
-        model = family.load_variant(variant)
-        spec_skip = ()
-        if variant.checkpoint is not None:
-            from trtqat.runs.checkpoint import load_checkpoint
-
-            spec_skip = tuple(load_checkpoint(variant.checkpoint)["model"].get("skip_layers")
-                              or ())
-        model.trtqat_skip_layers = tuple(dict.fromkeys([*float_layers(model), *spec_skip]))
-        plan = image_plan(torch.from_numpy(scored[0][0][:2]), dynamic_batch=True,
-                          validation_data=[torch.from_numpy(x) for x, _ in scored[:2]])
-        plan.input_names, plan.output_names = io_names(model)
-        plan.checks = family.export_check
-        export_onnx(model, family.stamp_plan(plan), path, variant=variant.export_variant,
-                    validate=validate)
+        key = (variant.checkpoint, variant_row(variant.export_variant).int8)
+        if key not in exporters:
+            exporters[key] = _exporter(family, variant, scored)
+        exporters[key].export(path, variant.export_variant, validate=validate)
 
     sample = tuple(images.shape[1:])
     return EvalData(
@@ -60,3 +48,25 @@ def detection_data(family: Any, variants: list[Variant], settings: dict[str, Any
         {"data": data, "image_size": size, "val_images": len(images),
          "boxes": int(sum(len(t) for t in targets)), "num_classes": len(classes),
          "calib_batches": len(calib)})
+
+
+def _exporter(family: Any, variant: Variant, scored: list) -> Any:
+    """The exporter of a variant's checkpoint: its model (the family's float layers and the
+    checkpoint's skip layers marked), example and validation images, names and checks."""
+    import torch
+
+    from trtqat.export.onnx_export import Exporter, image_plan
+    from trtqat.families.detect.sources import float_layers, io_names
+
+    model = family.load_variant(variant)
+    skip: tuple[str, ...] = ()
+    if variant.checkpoint is not None:
+        from trtqat.runs.checkpoint import load_checkpoint
+
+        skip = tuple(load_checkpoint(variant.checkpoint)["model"].get("skip_layers") or ())
+    model.trtqat_skip_layers = tuple(dict.fromkeys([*float_layers(model), *skip]))
+    plan = image_plan(torch.from_numpy(scored[0][0][:2]), dynamic_batch=True,
+                      validation_data=[torch.from_numpy(x) for x, _ in scored[:2]])
+    plan.input_names, plan.output_names = io_names(model)
+    plan.checks = family.export_check
+    return Exporter(model, family.stamp_plan(plan))
