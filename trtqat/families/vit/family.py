@@ -23,7 +23,6 @@ torchvision ``--weights`` load as they are; quantized checkpoints hold
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from trtqat.quant.plugins.mha import (  # noqa: F401 (re-exported)
     replace_attention,
 )
 from trtqat.runopts import FP32_DEFAULTS
+from trtqat.runs.qat_recipe import qat_epochs
 
 # Small configurations: train from scratch on digits (8x8 upscaled) in about a minute on
 # two CPU cores at the default --image-size 32 (8x8 patches of 4x4 pixels + a class token).
@@ -213,7 +213,7 @@ class ViTFamily(CNNFamily):
             fp32 = {**FP32_DEFAULTS, **self.recipe("train", None),
                     **{k: v for k, v in recorded.items() if v is not None}}
             cfg = copy.copy(cfg)  # the CNN rule then fills the rest from these two
-            cfg.epochs = cfg.epochs or max(1, math.ceil(QAT_EPOCH_FRACTION * fp32["epochs"]))
+            cfg.epochs = cfg.epochs or qat_epochs(fp32["epochs"], QAT_EPOCH_FRACTION)
             cfg.lr = cfg.lr or QAT_LR_FRACTION * fp32["lr"]
             source = {**(source or {}), "train_args": fp32}
         return super().recipe(stage, cfg, source)
