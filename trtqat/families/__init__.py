@@ -65,6 +65,14 @@ def of_checkpoint(ckpt: dict[str, Any]) -> ModelFamily:
     return get("cnn")
 
 
+def of_module(model: Any) -> ModelFamily:
+    """The family of an in-memory model (the first that claims it; CNN is the fallback)."""
+    for family in all_families():
+        if family.claims_module(model):
+            return family
+    return get("cnn")
+
+
 def of_source(checkpoint: str | None, model: str | None = None
               ) -> tuple[ModelFamily, dict[str, Any] | None]:
     """The family of a stage's input and the loaded checkpoint: ``--checkpoint`` when given
@@ -115,5 +123,6 @@ _checkpoint.register_spec_keys(lambda ckpt: of_checkpoint(ckpt).spec_keys)
 
 __all__ = ["FAMILY_KEY", "EngineHints", "ExportInputs", "ModelFamily", "StageData",
            "StageResult", "UnknownFamilyError", "UnsupportedStageError", "all_families",
-           "build_from_checkpoint", "get", "names", "of_checkpoint", "of_model", "of_onnx",
+           "build_from_checkpoint", "get", "names", "of_checkpoint", "of_model", "of_module",
+           "of_onnx",
            "of_source", "summarized"]

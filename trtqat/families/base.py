@@ -27,6 +27,7 @@ from trtqat.families.types import (
 
 if TYPE_CHECKING:  # the stages' configs, for the hooks' signatures only
     from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
     from trtqat.export.validate import Check
     from trtqat.stages.calibrate import CalibrateConfig
     from trtqat.stages.compare.run import CompareConfig
@@ -64,6 +65,11 @@ class ModelFamily(abc.ABC):
     def claims_checkpoint(self, ckpt: dict[str, Any]) -> bool:
         """True when a loaded checkpoint holds a model of this family (``model.family``)."""
         return (ckpt.get("model") or {}).get("family") == (self.checkpoint_tag or self.name)
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """True when an in-memory ``model`` (``trtqat.export_onnx``) is one of this
+        family's; none claim by default."""
+        return False
 
     def claims_onnx(self, input_names: Sequence[str]) -> bool:
         """True when an ONNX file without trtqat metadata looks like this family's (its
@@ -133,6 +139,12 @@ class ModelFamily(abc.ABC):
                     ) -> FamilyExport:
         """How ``trtqat export`` exports this family's checkpoint with ``options``
         (``trtqat.stages.export.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
+        raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
+
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """How ``trtqat.export_onnx`` exports an in-memory ``model`` of this family from
+        ``example_inputs`` (a tensor, tuple or dict by ``forward`` argument name);
+        ``options``: ``dynamic_batch``, ``dynamic_axes``, ``validation_data``, ``fold_bn``."""
         raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
 
     def load_variant(self, variant: Variant) -> nn.Module:

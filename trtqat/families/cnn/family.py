@@ -13,6 +13,7 @@ from trtqat.families.types import EvalData, FamilyExport, Variant
 
 if TYPE_CHECKING:
     from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
     from trtqat.export.validate import Check
     from trtqat.families.base import StageConfig
     from trtqat.stages.calibrate import CalibrateConfig
@@ -32,6 +33,10 @@ class CNNFamily(ModelFamily):
 
     def claims_model(self, model: str) -> bool:
         """Every model no earlier family claims."""
+        return True
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """Every in-memory model no earlier family claims."""
         return True
 
     def claims_checkpoint(self, ckpt: dict[str, Any]) -> bool:
@@ -196,6 +201,16 @@ class CNNFamily(ModelFamily):
         from trtqat.families.cnn.export import image_export
 
         return image_export(self, model, ckpt, options)
+
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """Example images (or a dict of inputs) as given, batch dynamic unless
+        ``dynamic_batch=False`` or ``dynamic_axes`` says otherwise, BatchNorm folded,
+        checked against PyTorch as ``trtqat export`` checks a classifier."""
+        from trtqat.export.onnx_export import model_plan
+
+        plan = model_plan(model, example_inputs, **options)
+        plan.checks = self.export_check
+        return plan
 
     def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
                      cfg: CompareConfig) -> EvalData:

@@ -13,6 +13,7 @@ from trtqat.families.types import EvalData, FamilyExport, Variant
 
 if TYPE_CHECKING:
     from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
     from trtqat.export.validate import Check
     from trtqat.families.base import StageConfig
     from trtqat.stages.calibrate import CalibrateConfig
@@ -36,6 +37,12 @@ class EncoderFamily(ModelFamily):
         if not model or ".py" in model:
             return False
         return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`."""
+        from trtqat.families.encoder.minilm import SentenceEncoder
+
+        return isinstance(model, SentenceEncoder)
 
     def claims_onnx(self, input_names: Sequence[str]) -> bool:
         """Token ids in: a sentence encoder's file (trtqat.families.encoder.export names them)."""
@@ -134,6 +141,15 @@ class EncoderFamily(ModelFamily):
         from trtqat.families.encoder.onnx_export import encoder_export
 
         return encoder_export(self, model, ckpt, options)
+
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """The tokenizer's output as example (batch and sequence dynamic), validated on it
+        and on a smaller batch of shorter sequences, by embedding cosine."""
+        from trtqat.families.encoder.onnx_export import module_plan
+
+        plan = module_plan(model, example_inputs, **options)
+        plan.checks = self.export_check
+        return plan
 
     def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
                      cfg: CompareConfig) -> EvalData:

@@ -94,6 +94,14 @@ class ViTFamily(CNNFamily):
         """Checkpoints tagged ``model.family == "vit"``."""
         return (ckpt.get("model") or {}).get("family") == self.name
 
+    def claims_module(self, model: nn.Module) -> bool:
+        """A torchvision ``VisionTransformer``, or a model holding this family's quantizable
+        attention (:class:`ViTSelfAttention`)."""
+        import torchvision
+
+        return isinstance(model, torchvision.models.VisionTransformer) or any(
+            isinstance(m, ViTSelfAttention) for m in model.modules())
+
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
         """A float ViT. Options: ``image_size`` (a multiple of the patch size; default 32 for
         the small configurations, 224 for torchvision's), ``channels`` (default 3),
