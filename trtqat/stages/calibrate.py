@@ -37,8 +37,7 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
 
     None takes the family's default (``--method``: entropy for image classifiers, mse for
     encoders) or what the FP32 run recorded (data options). ``num_sentences``,
-    ``max_length`` and ``fp32_out`` are the encoders' own; ``calibrate_encoder`` takes this
-    config too (as ``EncoderCalibConfig``).
+    ``max_length`` and ``fp32_out`` are the encoders' own.
     """
 
     checkpoint: str = ""

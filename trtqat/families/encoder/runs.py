@@ -52,7 +52,7 @@ from trtqat.families.encoder.recipes import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_METHOD,
     EncoderQATConfig,
-    calibrate_encoder,
+    calibrated_copy,
     qat_encoder,
 )
 from trtqat.families.types import StageResult
@@ -215,9 +215,9 @@ def _calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any
     fp32_dir, write_fp32 = _fp32_folder(cfg, out, source)
     torch.manual_seed(cfg.seed)
     r = family.recipe("calibrate", cfg, src)
-    cfg = dataclasses.replace(cfg, **r)  # calibrate_encoder reads the resolved options
+    cfg = dataclasses.replace(cfg, **r)  # calibrated_copy reads the resolved options
     t0 = time.perf_counter()
-    qmodel = calibrate_encoder(fp32, tok, corpus.train, cfg, accel=acc)
+    qmodel = calibrated_copy(fp32, tok, corpus.train, cfg, accel=acc)
     calib_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     ref = embed(fp32, tok, list(corpus.heldout), EMBED_BATCH, cfg.max_length, acc.device)
