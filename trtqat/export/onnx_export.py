@@ -96,13 +96,15 @@ def image_plan(example_inputs: Any, *, dynamic_batch: bool = True,
 
 def model_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
                validation_data: Iterable | None = None,
-               dynamic_axes: Iterable[str] | None = None, fold_bn: bool = True) -> ExportPlan:
+               dynamic_axes: Iterable[str] | None = None, fold_bn: bool = True,
+               checks: Checks = classifier_checks) -> ExportPlan:
     """:func:`image_plan` of ``model`` whose example and validation inputs may also be dicts
-    by ``forward`` argument name (their keys name the ONNX inputs)."""
+    by ``forward`` argument name (their keys name the ONNX inputs), checked by ``checks``."""
     inputs, names = named_inputs(model, example_inputs)
     plan = image_plan(inputs, dynamic_batch=dynamic_batch, dynamic_axes=dynamic_axes,
                       fold_bn=fold_bn)
     plan.input_names, plan.validation = names, validation_inputs(model, validation_data)
+    plan.checks = checks
     return plan
 
 

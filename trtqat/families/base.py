@@ -176,8 +176,7 @@ class ModelFamily(abc.ABC):
                                     "train: start from a pretrained model with trtqat "
                                     "calibrate --model NAME")
 
-    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None
-                      ) -> StageResult:
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
         """``trtqat calibrate``: PTQ from ``cfg`` (a ``CalibrateConfig``); ``source`` is the
         loaded ``--checkpoint`` (None: start from ``cfg.model``)."""
         raise UnsupportedStageError(f"{self.name} models cannot be calibrated")

@@ -103,8 +103,25 @@ class EvalData:
 
 
 
+class MappingView(Mapping[str, Any]):
+    """Read-only ``result["key"]`` access to a typed result: the keys of the dict that
+    :meth:`_view` builds (what earlier versions returned)."""
+
+    def _view(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+
 @dataclass
-class StageResult(Mapping[str, Any]):
+class StageResult(MappingView):
     """What a training stage (train, calibrate, qat) returns: the family's ``run_*`` hook
     fills it, the stage verb adds the :attr:`summary` line.
 
@@ -135,11 +152,11 @@ class StageResult(Mapping[str, Any]):
         rest = {k: v for k, v in result.items()
                 if k not in ("out", "last", "best_top1", "start_top1", "summary")}
         best = result.get("best_top1")
-        return cls(stage, str(result["out"]), dict(result.get("last") or {}),
+        return cls(stage, str(result.get("out") or ""), dict(result.get("last") or {}),
                    best=None if best is None or best < 0 else float(best),
                    before=result.get("start_top1"), details=rest)
 
-    def _legacy(self) -> dict[str, Any]:
+    def _view(self) -> dict[str, Any]:
         """The dict earlier versions returned."""
         out: dict[str, Any] = {"last": self.last, "out": self.out}
         if self.metric == "top1":
@@ -150,12 +167,3 @@ class StageResult(Mapping[str, Any]):
         if self.summary:
             out["summary"] = self.summary
         return out
-
-    def __getitem__(self, key: str) -> Any:
-        return self._legacy()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._legacy())
-
-    def __len__(self) -> int:
-        return len(self._legacy())

@@ -140,8 +140,7 @@ class CNNFamily(ModelFamily):
 
         return train_classifier(cfg, self)
 
-    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None
-                      ) -> StageResult:
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
         """PTQ (``trtqat.stages.calibrate``) of the checkpoint, or of the float ``cfg.model``."""
         from trtqat.families.cnn.ptq import calibrate_classifier
 
@@ -208,9 +207,7 @@ class CNNFamily(ModelFamily):
         checked against PyTorch as ``trtqat export`` checks a classifier."""
         from trtqat.export.onnx_export import model_plan
 
-        plan = model_plan(model, example_inputs, **options)
-        plan.checks = self.export_check
-        return plan
+        return model_plan(model, example_inputs, checks=self.export_check, **options)
 
     def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
                      cfg: CompareConfig) -> EvalData:

@@ -89,8 +89,7 @@ class EncoderFamily(ModelFamily):
         return qat_recipe(cfg, source or {"model": {}})
 
     # ---- stages -------------------------------------------------------------------------
-    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None
-                      ) -> StageResult:
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
         """PTQ on the corpus; also writes the FP32 reference run beside ``cfg.out``."""
         from trtqat.families.encoder.runs import calibrate_encoder_run
 
@@ -147,9 +146,7 @@ class EncoderFamily(ModelFamily):
         and on a smaller batch of shorter sequences, by embedding cosine."""
         from trtqat.families.encoder.onnx_export import module_plan
 
-        plan = module_plan(model, example_inputs, **options)
-        plan.checks = self.export_check
-        return plan
+        return module_plan(model, example_inputs, checks=self.export_check, **options)
 
     def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
                      cfg: CompareConfig) -> EvalData:

@@ -92,12 +92,12 @@ def _plan(inputs: tuple[torch.Tensor, ...], names: list[str], validation: list,
 
 def module_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
                 dynamic_axes: Sequence[str] | None = None, validation_data: Any = None,
-                fold_bn: bool = True) -> ExportPlan:
+                fold_bn: bool = True, checks: Any = embedding_checks) -> ExportPlan:
     """The plan of an in-memory encoder from a tokenizer's output (``{"input_ids": ...,
     "attention_mask": ..., ...}``, or a tuple in ``forward`` order, int64 ``(batch,
     sequence)``): batch and sequence dynamic, validated on the example, on its first rows
     cut to half the tokens (a second shape) and on ``validation_data`` (more tokenizer
-    outputs). ``fold_bn`` does not apply (no BatchNorm)."""
+    outputs), by ``checks``. ``fold_bn`` does not apply (no BatchNorm)."""
     from trtqat.export.inputs import named_inputs, validation_inputs
 
     if not dynamic_batch or (dynamic_axes is not None
@@ -116,8 +116,10 @@ def module_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = 
         inputs = tuple(torch.cat([t, t]) for t in inputs)
     cut = max(2, length // 2)
     second = [tuple(t[:max(1, batch - 1), :cut] for t in inputs)] if cut < length else []
-    return _plan(inputs, names, [inputs, *second, *validation_inputs(model, validation_data)],
+    plan = _plan(inputs, names, [inputs, *second, *validation_inputs(model, validation_data)],
                  limit)
+    plan.checks = checks
+    return plan
 
 
 def EncoderExporter(model: nn.Module, tokenizer, *, sentences: Sequence[str] | None = None,  # noqa: N802

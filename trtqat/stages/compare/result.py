@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtqat.families.types import MappingView
 from trtqat.stages.compare.report import VariantResult
 
 
 @dataclass
-class CompareReport(Mapping[str, Any]):
+class CompareReport(MappingView):
     """Every variant measured on the same data, and where the report went.
 
     ``variants`` hold each engine's figures (metric, median latency and throughput per
@@ -55,20 +55,10 @@ class CompareReport(Mapping[str, Any]):
 
     def variant(self, name: str) -> VariantResult:
         """The result of the variant called ``name`` (e.g. ``"qat-int8"``)."""
-        for v in self.variants:
-            if v.name == name:
-                return v
-        raise KeyError(f"no variant {name!r}; the report has "
-                       f"{', '.join(v.name for v in self.variants)}")
+        found = {v.name: v for v in self.variants}
+        if name not in found:
+            raise KeyError(f"no variant {name!r}; the report has {', '.join(found)}")
+        return found[name]
 
     def _view(self) -> dict[str, Any]:
         return {**self.document, "files": {k: str(v) for k, v in self.files.items()}}
-
-    def __getitem__(self, key: str) -> Any:
-        return self._view()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._view())
-
-    def __len__(self) -> int:
-        return len(self._view())
