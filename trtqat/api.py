@@ -31,7 +31,7 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike[s
     ``trtqat.quantize``) or ``int8-fp16``. ``example_inputs``: what ``model`` takes: an
     image batch (or a tuple of tensors), or a dict by ``forward`` argument name, such as a
     tokenizer's output for a sentence encoder (whose batch and sequence axes are always
-    dynamic). The file goes through the exporter of ``trtqat export`` with the plan of the
+    dynamic); an ``ExportPlan`` is taken as it is. The file goes through the exporter of ``trtqat export`` with the plan of the
     model's family: BatchNorm folded (``fold_bn``), the batch dynamic unless
     ``dynamic_batch=False`` (or the image ``dynamic_axes`` of ``batch``, ``height``,
     ``width``), ``opset`` (raised to the variant's minimum), the family's metadata and
@@ -53,13 +53,14 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike[s
         print("\\n".join(result.lines()))
     """
     from trtqat import families
+    from trtqat.export.onnx_export import ExportPlan
     from trtqat.export.onnx_export import export_onnx as export_file
     from trtqat.variants import canonical
 
     family = families.of_module(model)
-    plan = family.module_plan(model, example_inputs, dynamic_batch=dynamic_batch,
-                              dynamic_axes=dynamic_axes, validation_data=validation_data,
-                              fold_bn=fold_bn)
+    plan = example_inputs if isinstance(example_inputs, ExportPlan) else family.module_plan(
+        model, example_inputs, dynamic_batch=dynamic_batch, dynamic_axes=dynamic_axes,
+        validation_data=validation_data, fold_bn=fold_bn)
     return export_file(model, family.stamp_plan(plan), path, canonical(variant), opset,
                        io_dtype=io_dtype, validate=validate, metadata=metadata)
 
