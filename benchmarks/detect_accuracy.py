@@ -63,9 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _score(result: dict[str, Any]) -> dict[str, float]:
-    last = result.get("last") or {}
-    return {"map": float(result["best_map"]), "map50": float(last.get("val_map50", "nan"))}
+def _score(result: Any) -> dict[str, float]:
+    """mAP@[.5:.95] (the stage's best) and the last record's mAP@.5."""
+    best = result.best if hasattr(result, "best") else result["best_map"]
+    return {"map": float(best), "map50": float((result["last"] or {}).get("val_map50", "nan"))}
 
 
 def one_seed(seed: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -74,7 +75,7 @@ def one_seed(seed: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     common = {"seed": seed, "progress": False, "overwrite": True, "limit_batches": limit}
     t0 = time.perf_counter()
     if args.reuse:
-        fp32 = {"best_map": load_checkpoint(root / "fp32" / "best.pt")["best_map"]}
+        fp32 = {"best_map": load_checkpoint(root / "fp32" / "best.pt")["best_map"], "last": {}}
     else:
         fp32 = train_fp32(TrainConfig(model="yolo_digits", epochs=args.epochs,
                                       out=str(root / "fp32"), **common))

@@ -131,8 +131,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from trtqat.engines import build_engine
     from trtqat.engines.ort_qdq import count_compute_nodes
     from trtqat.families.encoder import (
-        EncoderCalibConfig,
-        calibrate_encoder,
+        CalibOptions,
+        calibrated_copy,
         load_corpus,
         load_encoder,
     )
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model.eval()
     corpus = load_corpus()
     calib = list(corpus.train[:args.calib_sentences])
-    q = calibrate_encoder(model, tok, calib, EncoderCalibConfig(
+    q = calibrated_copy(model, tok, calib, CalibOptions(
         method=args.method, num_sentences=len(calib), max_length=args.seq_len))
     q.eval()
     paths, exporter = _export(model, tok, q, out_dir, calib, args.exporter)

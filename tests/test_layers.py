@@ -15,6 +15,7 @@ BASE = {"errors", "atomic", "finite", "arrays", "optional", "lazy", "version", "
         "runopts", "sizes", "_C", "trtqat"}
 COMPAT = ("nn", "calib", "tensor_quant", "quant_modules", "optim", "utils")
 ALLOWED = {
+    "api": BASE | {"stages", "families", "runs", "export", "engines", "quant"},
     "stages": BASE | {"families", "runs", "export", "engines", "quant"},
     "families": BASE | {"runs", "export", "engines", "quant"},
     "runs": BASE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_bert import calibrated_encoder
 
 from trtqat.families.encoder.export import (
     OUTPUT_NAMES,
@@ -13,7 +14,6 @@ from trtqat.families.encoder.export import (
     encoder_shapes,
     example_inputs_for_encoder,
 )
-from trtqat.families.encoder.recipes import EncoderCalibConfig, calibrate_encoder
 from trtqat.quant import export_mode
 
 
@@ -38,7 +38,7 @@ def test_int8_onnx_has_qdq_on_every_matmul_input_and_matches_ort(tiny, sentences
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    q = calibrated_encoder(model, tok, sentences, max_length=32)
     ex = example_inputs_for_encoder(tok, 2, 16, sentences)
     path = tmp_path / "tiny-int8.onnx"
     with export_mode.enabled(), torch.no_grad():

@@ -48,4 +48,4 @@ def run(args: argparse.Namespace) -> int:
     from trtqat.stages.demo import DemoConfig, run_demo
 
     report = run_demo(O.config_from(DemoConfig, args))
-    return 1 if report.get("partial") else 0
+    return 1 if report.partial else 0

@@ -24,7 +24,7 @@ import dataclasses
 import os
 import sys
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtqat.cli.validate import (
     BadValue,
@@ -37,6 +37,9 @@ from trtqat.cli.validate import (
     writable_dir,
     writable_file,
 )
+
+if TYPE_CHECKING:
+    from trtqat.families.types import StageResult
 
 Group = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -320,7 +323,7 @@ def config_from(cls: type, args: argparse.Namespace) -> Any:
     return cls(**values)
 
 
-def print_summary(result: dict[str, Any]) -> None:
-    """A verb's closing line (``result["summary"]``) on stderr, from rank 0 only."""
+def print_summary(result: StageResult) -> None:
+    """A stage verb's closing line (``result.summary``) on stderr, from rank 0 only."""
     if os.environ.get("RANK", "0") == "0":
-        print(result["summary"], file=sys.stderr)
+        print(result.summary, file=sys.stderr)

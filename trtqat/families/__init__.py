@@ -6,6 +6,7 @@ stage code calls its hooks and never tests a family name itself.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from functools import cache
 from typing import Any
@@ -17,6 +18,7 @@ from trtqat.families.base import (
     ExportInputs,
     ModelFamily,
     StageData,
+    StageResult,
     UnsupportedStageError,
 )
 from trtqat.families.registry import FAMILIES
@@ -63,6 +65,14 @@ def of_checkpoint(ckpt: dict[str, Any]) -> ModelFamily:
     return get("cnn")
 
 
+def of_module(model: Any) -> ModelFamily:
+    """The family of an in-memory model (the first that claims it; CNN is the fallback)."""
+    for family in all_families():
+        if family.claims_module(model):
+            return family
+    return get("cnn")
+
+
 def of_source(checkpoint: str | None, model: str | None = None
               ) -> tuple[ModelFamily, dict[str, Any] | None]:
     """The family of a stage's input and the loaded checkpoint: ``--checkpoint`` when given
@@ -86,12 +96,13 @@ def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -
     return of_checkpoint(ckpt).load(ckpt, quantized)
 
 
-def summarized(family: ModelFamily, stage: str, result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` with ``"summary"``: the family's closing line of ``stage`` (for calibrate,
-    labelled with the amax method the run used)."""
-    method = (result.get("last") or {}).get("method")
+def summarized(family: ModelFamily, stage: str, result: StageResult) -> StageResult:
+    """``result`` of ``stage`` with its :attr:`~StageResult.summary`: the family's closing
+    line (for calibrate, labelled with the amax method the run used)."""
+    result = dataclasses.replace(StageResult.of(stage, result), stage=stage)
+    method = (result.last or {}).get("method")
     label = f"{stage} ({method})" if stage == "calibrate" and method else stage
-    return {**result, "summary": family.describe(label, result)}
+    return dataclasses.replace(result, summary=family.describe(label, result))
 
 
 def of_onnx(model: Any) -> ModelFamily:
@@ -110,6 +121,8 @@ def of_onnx(model: Any) -> ModelFamily:
 # the checkpoint loader checks each family's required "model" keys
 _checkpoint.register_spec_keys(lambda ckpt: of_checkpoint(ckpt).spec_keys)
 
-__all__ = ["FAMILY_KEY", "build_from_checkpoint", "of_onnx", "EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
-           "UnsupportedStageError", "all_families", "get", "names", "of_checkpoint", "of_model",
+__all__ = ["FAMILY_KEY", "EngineHints", "ExportInputs", "ModelFamily", "StageData",
+           "StageResult", "UnknownFamilyError", "UnsupportedStageError", "all_families",
+           "build_from_checkpoint", "get", "names", "of_checkpoint", "of_model", "of_module",
+           "of_onnx",
            "of_source", "summarized"]

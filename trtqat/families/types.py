@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,3 +103,69 @@ class EvalData:
     output: str | None = None                # the output scored (None: the first)
 
 
+
+
+class MappingView(Mapping[str, Any]):
+    """Read-only ``result["key"]`` access to a typed result: the keys of the dict that
+    :meth:`_view` builds (what earlier versions returned)."""
+
+    def _view(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+
+@dataclass
+class StageResult(MappingView):
+    """What a training stage (train, calibrate, qat) returns: the family's ``run_*`` hook
+    fills it, the stage verb adds the :attr:`summary` line.
+
+    ``best`` is the stage's headline ``metric``: the best validation top-1 in percent of an
+    image classifier (None without labelled data), the held-out mean cosine against FP32 of
+    an encoder; ``before`` the same before the stage ran (QAT: the calibrated model's).
+    ``details`` holds what a family adds (encoders: ``fidelity``, ``start``, ``fp32``).
+
+    Read-only mapping access (``result["last"]``, ``result["best_top1"]``, ``result["out"]``,
+    and the keys of ``details``) keeps the dicts of earlier versions working.
+    """
+
+    stage: str                        # "train" | "calibrate" | "qat"
+    out: str                          # the run folder
+    last: dict[str, Any]              # the last metrics record (metrics.jsonl)
+    best: float | None = None
+    before: float | None = None
+    metric: str = "top1"
+    summary: str = ""                 # the command's closing line
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stage: str, result: Mapping[str, Any]) -> StageResult:
+        """``result`` as a StageResult: itself, or the dict of a family written for earlier
+        versions (``out``, ``last``, ``best_top1``, ``start_top1``, anything else)."""
+        if isinstance(result, StageResult):
+            return result
+        rest = {k: v for k, v in result.items()
+                if k not in ("out", "last", "best_top1", "start_top1", "summary")}
+        best = result.get("best_top1")
+        return cls(stage, str(result.get("out") or ""), dict(result.get("last") or {}),
+                   best=None if best is None or best < 0 else float(best),
+                   before=result.get("start_top1"), details=rest)
+
+    def _view(self) -> dict[str, Any]:
+        """The dict earlier versions returned."""
+        out: dict[str, Any] = {"last": self.last, "out": self.out}
+        if self.metric == "top1":
+            out["best_top1"] = -1.0 if self.best is None else self.best
+            if self.stage == "qat":
+                out["start_top1"] = self.before
+        out.update(self.details)
+        if self.summary:
+            out["summary"] = self.summary
+        return out

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trtqat.quant.calib.registry import methods
 from trtqat.runopts import RunOptions
 from trtqat.runs import recipes as R
+
+if TYPE_CHECKING:
+    from trtqat.families.types import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +37,7 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
 
     None takes the family's default (``--method``: entropy for image classifiers, mse for
     encoders) or what the FP32 run recorded (data options). ``num_sentences``,
-    ``max_length`` and ``fp32_out`` are the encoders' own; ``calibrate_encoder`` takes this
-    config too (as ``EncoderCalibConfig``).
+    ``max_length`` and ``fp32_out`` are the encoders' own.
     """
 
     checkpoint: str = ""
@@ -66,11 +68,12 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
             raise R.ConfigError(f"--percentile must be in (0, 100], got {self.percentile}")
 
 
-def calibrate(cfg: CalibrateConfig) -> dict[str, Any]:
+def calibrate(cfg: CalibrateConfig) -> StageResult:
     """PTQ of ``cfg.checkpoint`` (or of the float ``cfg.model``): writes the "ptq" run.
 
-    The family of the checkpoint or model (``trtqat.families``) runs the stage. Returns
-    ``{"last": the metrics record, "out": run folder, "summary": one line, ...}``.
+    The family of the checkpoint or model (``trtqat.families``) runs the stage. Returns the
+    :class:`StageResult`: ``out``, ``last`` (the metrics record), ``best`` (val top-1, or
+    an encoder's held-out mean cosine) and ``summary``.
     """
     from trtqat import families
 

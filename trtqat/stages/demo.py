@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trtqat.engines.registry import DEFAULT_BACKEND
 from trtqat.errors import TrtqatError
+from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.run import CompareConfig, compare
 
 # (method, percentile) of every PTQ baseline
@@ -69,9 +69,10 @@ def _fp32_complete(run: Path, epochs: int) -> bool:
     return int(load_checkpoint(run / "last.pt").get("epoch", -1)) + 1 >= epochs
 
 
-def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
+def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareReport:
     """Run (or resume) the demo pipeline; returns the comparison report."""
     from trtqat import families
+    from trtqat.families.types import StageResult
     from trtqat.runs.checkpoint import load_checkpoint
     from trtqat.runs.distributed import pick_device
     from trtqat.sizes import size_text
@@ -111,11 +112,11 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> dict[str, 
             ptq_results[out] = float(load_checkpoint(out / "best.pt").get(family.score_key, -1))
             echo(f"      {label}: reusing {out} ({family.score_label} {ptq_results[out]:.2f})")
             continue
-        res = family.run_calibrate(CalibrateConfig(
+        res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
             checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
             percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True, **common),
-            source)
-        ptq_results[out] = float(res[family.score_key])
+            source))
+        ptq_results[out] = -1.0 if res.best is None else res.best
         echo(f"      {label}: {family.score_label} {ptq_results[out]:.2f}")
 
     best_ptq = max(ptq_results, key=ptq_results.get)

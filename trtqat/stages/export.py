@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtqat.families.types import FamilyExport
+
+if TYPE_CHECKING:
+    from trtqat.export.result import ExportResult
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +46,27 @@ class ExportOptions:
     nms: bool = False                   # detectors: also write a file with box decoding + NMS
 
 
-def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = print) -> int:
+@dataclass
+class ExportRun:
+    """What :func:`export_checkpoint` wrote: one checked file per variant, and
+    ``export.json`` (``summary_file``) summing them up."""
+
+    out: Path
+    family: str
+    results: list[ExportResult] = field(default_factory=list)  # one per variant, in order
+    summary_file: Path | None = None
+
+    @property
+    def files(self) -> list[Path]:
+        """The ONNX files written."""
+        return [r.path for r in self.results]
+
+
+def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = print
+                      ) -> ExportRun:
     """Export every requested variant of ``options.checkpoint``; print each file's checks;
-    write ``export.json``. :class:`ExportError` if any variant failed its checks."""
+    write ``export.json``. :class:`ExportError` if any variant failed its checks (after
+    export.json records which); otherwise the :class:`ExportRun`."""
     from trtqat import families
     from trtqat.export import ExportError
     from trtqat.export.calibrated import refuse_uncalibrated
@@ -77,11 +98,14 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
                           f"holds a {family.name} model: drop --nms")
     exporter = Exporter(model, family.stamp_plan(job.plan))
     tag = stage_tag(ckpt)
+    run = ExportRun(out, family.checkpoint_tag or family.name)
     failed, summary = [], []
     for variant in variants:
         path = out / artifact_name(job.arch, tag, variant, job.batch)
         result, ok = _export_one(exporter, path, variant, options, job)
-        if not ok:
+        if ok:
+            run.results.append(result)
+        else:
             failed.append(path.name)
         echo(f"{path.name}  ({variant}, opset {result.opset}, {job.shape})")
         for line in result.lines():
@@ -91,12 +115,12 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
             for line in job.post(path, result):
                 echo(line)
         summary.append(result.to_dict() | {"written": ok})
-    _write_summary(out, options, {"family": family.checkpoint_tag or family.name, **job.info},
-                   summary)
+    run.summary_file = _write_summary(out, options, {"family": run.family, **job.info},
+                                      summary)
     if failed:
         raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
                           f"and were not written: {', '.join(failed)}")
-    return 0
+    return run
 
 
 def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport):
@@ -110,15 +134,9 @@ def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job:
 
 
 def _write_summary(out: Path, options: ExportOptions, info: dict[str, Any],
-                   results: list[dict[str, Any]]) -> None:
+                   results: list[dict[str, Any]]) -> Path:
     from trtqat.atomic import write_json
 
     payload = {"checkpoint": str(options.checkpoint), "variant": options.variant,
                "opset": options.opset, **info, "results": results}
-    write_json(out / "export.json", payload)
-
-
-
-
-
-
+    return write_json(out / "export.json", payload)

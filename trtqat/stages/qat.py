@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trtqat.runopts import RunOptions
 from trtqat.runs import recipes as R
+
+if TYPE_CHECKING:
+    from trtqat.families.types import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +45,13 @@ class QATConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
         R.check_positive(self, "distill", allow_none=True, zero=True)
 
 
-def qat_finetune(cfg: QATConfig) -> dict[str, Any]:
+def qat_finetune(cfg: QATConfig) -> StageResult:
     """Fine-tune the calibrated ``cfg.checkpoint`` with fake quantization; writes the run to
     ``cfg.out``. The checkpoint's family (``trtqat.families``) runs the stage.
 
-    Returns ``{"last": metrics of the last record, "out": run folder, "summary": one line,
-    ...}`` (image classifiers add "best_top1" and "start_top1").
+    Returns the :class:`StageResult`: ``out``, ``last`` (the last metrics record), ``best``
+    and ``before`` (val top-1, or an encoder's held-out mean cosine, after and before) and
+    ``summary``. For QAT in your own training loop see :func:`trtqat.qat_recipe`.
     """
     from trtqat import families
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from trtqat.runopts import FP32_DEFAULTS, RunOptions
 from trtqat.runs import recipes as R
+
+if TYPE_CHECKING:
+    from trtqat.families.types import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +36,12 @@ class TrainConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
         R.check_positive(self, "num_classes", allow_none=True)
 
 
-def train_fp32(cfg: TrainConfig) -> dict[str, Any]:
+def train_fp32(cfg: TrainConfig) -> StageResult:
     """Train ``cfg.model`` in float on ``cfg.data``; writes ``last.pt``/``best.pt`` in ``cfg.out``.
 
-    The model's family (``trtqat.families.of_model``) runs the stage. Returns ``{"last":
-    metrics of the last epoch, "best_top1": ..., "out": run folder, "summary": one line}``.
+    The model's family (``trtqat.families.of_model``) runs the stage. Returns the
+    :class:`StageResult`: ``out`` (run folder), ``last`` (metrics of the last epoch),
+    ``best`` (best val top-1 in percent) and ``summary`` (the command's closing line).
     """
     from trtqat import families
 

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import nn
 
-from trtqat.families.base import ExportInputs, ModelFamily, StageData
+from trtqat.families.base import ExportInputs, ModelFamily, StageData, StageResult
+from trtqat.families.types import EvalData, FamilyExport, Variant
+
+if TYPE_CHECKING:
+    from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
+    from trtqat.export.validate import Check
+    from trtqat.families.base import StageConfig
+    from trtqat.stages.calibrate import CalibrateConfig
+    from trtqat.stages.compare.run import CompareConfig
+    from trtqat.stages.export import ExportOptions
+    from trtqat.stages.qat import QATConfig
+    from trtqat.stages.sensitivity_sweep import SensitivityConfig
+    from trtqat.stages.train import TrainConfig
 
 
 class CNNFamily(ModelFamily):
@@ -20,6 +33,10 @@ class CNNFamily(ModelFamily):
 
     def claims_model(self, model: str) -> bool:
         """Every model no earlier family claims."""
+        return True
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """Every in-memory model no earlier family claims."""
         return True
 
     def claims_checkpoint(self, ckpt: dict[str, Any]) -> bool:
@@ -76,7 +93,7 @@ class CNNFamily(ModelFamily):
         return model
 
     # ---- data and recipe ----------------------------------------------------------------
-    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+    def data(self, cfg: StageConfig, split: str, **context: Any) -> StageData:
         """Image batches. ``context``: ``data`` (digits, synthetic, a folder, an array),
         ``prep`` (Preprocess), ``batch_size``, ``num_classes``, ``distributed``.
 
@@ -104,7 +121,7 @@ class CNNFamily(ModelFamily):
         return StageData(make_loader(train_ds, batch, train=True, **common), val, classes,
                          {"prep": prep})
 
-    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+    def recipe(self, stage: str, cfg: StageConfig | None, source: dict[str, Any] | None = None
                ) -> dict[str, Any]:
         """train: the FP32 defaults; calibrate: entropy; qat: TensorRT's guidance from the FP32 run the checkpoint
         records (10% of its epochs, 1% of its lr, cosine to 1% of that), cross-entropy."""
@@ -117,19 +134,19 @@ class CNNFamily(ModelFamily):
         return classifier_recipe(cfg, dict((source or {}).get("train_args") or {}))
 
     # ---- stages -------------------------------------------------------------------------
-    def run_train(self, cfg: Any) -> dict[str, Any]:
+    def run_train(self, cfg: TrainConfig) -> StageResult:
         """FP32 training (``trtqat.stages.train``) of ``self.build(cfg.model)``."""
         from trtqat.families.cnn.fp32 import train_classifier
 
         return train_classifier(cfg, self)
 
-    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
         """PTQ (``trtqat.stages.calibrate``) of the checkpoint, or of the float ``cfg.model``."""
         from trtqat.families.cnn.ptq import calibrate_classifier
 
         return calibrate_classifier(cfg, self, source)
 
-    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+    def run_qat(self, cfg: QATConfig, source: dict[str, Any]) -> StageResult:
         """QAT (``trtqat.stages.qat``) of the calibrated checkpoint, with cross-entropy."""
         from trtqat.families.cnn.qat import finetune_classifier
 
@@ -141,11 +158,11 @@ class CNNFamily(ModelFamily):
 
         return finetune_classifier(cfg, self, source)
 
-    def describe(self, stage: str, result: dict[str, Any]) -> str:
+    def describe(self, stage: str, result: StageResult) -> str:
         """``STAGE: best val top-1 X%; run folder OUT``."""
-        best = result.get("best_top1")
-        text = f"{stage}: best val top-1 {best:.2f}%" if best is not None and best >= 0 else stage
-        return f"{text}; run folder {result['out']}"
+        best = result.best
+        text = f"{stage}: best val top-1 {best:.2f}%" if best is not None else stage
+        return f"{text}; run folder {result.out}"
 
     # ---- export, compare, sensitivity ---------------------------------------------------
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
@@ -176,26 +193,37 @@ class CNNFamily(ModelFamily):
                             {"input": dims, "output": {0: "batch"} if 0 in dims else {}})
 
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
-                     context: Any = None) -> list[Any]:
+                     context: CheckContext | None = None) -> list[Check]:
         """Each output within the variant's tolerance (INT8: the noise-floor criterion),
         top-1 agreement on the validation data, the Q/DQ inventory of INT8 files."""
         from trtqat.export.checks import classifier_checks
 
         return classifier_checks(variant, reference, candidate, context)
 
-    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: ExportOptions
+                    ) -> FamilyExport:
         """Example images, the validation split, ``--skip-layers`` (see ``image_export``)."""
         from trtqat.families.cnn.export import image_export
 
         return image_export(self, model, ckpt, options)
 
-    def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """Example images (or a dict of inputs) as given, batch dynamic unless
+        ``dynamic_batch=False`` or ``dynamic_axes`` says otherwise, BatchNorm folded,
+        checked against PyTorch as ``trtqat export`` checks a classifier."""
+        from trtqat.export.onnx_export import model_plan
+
+        return model_plan(model, example_inputs, checks=self.export_check, **options)
+
+    def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
+                     cfg: CompareConfig) -> EvalData:
         """Labelled validation images and calibration images of the runs' data."""
         from trtqat.families.cnn.compare_data import image_data
 
         return image_data(self, variants, settings, cfg)
 
-    def sensitivity_data(self, ckpt: dict[str, Any], cfg: Any, device: Any) -> tuple[list, dict]:
+    def sensitivity_data(self, ckpt: dict[str, Any], cfg: SensitivityConfig, device: Any
+                         ) -> tuple[list, dict]:
         """Validation ``(images, labels)`` batches of the checkpoint's data, in memory."""
         from trtqat.families.cnn.sensitivity import image_batches
 

@@ -9,6 +9,7 @@ from torch import nn
 
 from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.cnn.model_source import load_weights
+from trtqat.families.types import StageResult
 from trtqat.runs import distributed as D
 from trtqat.runs import recipes as R
 from trtqat.runs.health import kept_message
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def train_classifier(cfg: TrainConfig, family: Any) -> dict[str, Any]:
+def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
     """FP32 training of an image classifier of ``family`` (its ``build``): the stage code of
     :meth:`trtqat.families.cnn.CNNFamily.run_train`."""
     with R.stage(cfg, resume=cfg.resume) as st:
@@ -75,7 +76,13 @@ def train_classifier(cfg: TrainConfig, family: Any) -> dict[str, Any]:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr or "
                                      "lengthen --warmup-epochs and start again (--overwrite)"
                                      ) from None
-        return {**result, "out": str(out)}
+        return StageResult("train", str(out), result["last"],
+                           best=top1_or_none(result["best_top1"]))
+
+
+def top1_or_none(value: float) -> float | None:
+    """A best top-1 (-1 while nothing was scored: None)."""
+    return None if value is None or value < 0 else float(value)
 
 
 def build_float_model(family: Any, source: str, num_classes: int, weights: str | None = None,

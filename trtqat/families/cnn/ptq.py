@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trtqat.families.cnn.data_sources import preprocess_of
+from trtqat.families.types import StageResult
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers, quantizers
 from trtqat.runs import distributed as D
 from trtqat.runs import recipes as R
@@ -38,11 +39,11 @@ def _dump_amax(model: torch.nn.Module, ctx: D.DistContext) -> None:
 
 
 def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None
-                         ) -> dict[str, Any]:
+                         ) -> StageResult:
     """PTQ of an image classifier of ``family``: the stage code of
     :meth:`trtqat.families.cnn.CNNFamily.run_calibrate` (``src``: the loaded checkpoint,
     None to start from the float ``cfg.model``). Writes ``best.pt``/``last.pt`` (stage
-    "ptq"); returns ``{"last": the metrics record, "best_top1": val top-1, "out"}``.
+    "ptq"); the result's ``best`` is the val top-1 (None without labelled data).
     """
     with R.stage(cfg, inputs=[("--checkpoint", cfg.checkpoint)]) as st:
         ctx, acc = st.ctx, st.acc
@@ -115,7 +116,7 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
             log.info("ptq (%s): %s  (%d batch(es) per process in %.1fs)", method, score,
                      seen, calib_s)
         D.barrier(ctx)
-        return {"last": record, "best_top1": best, "out": str(st.out)}
+        return StageResult("calibrate", str(st.out), record, best=val["top1"])
 
 
 def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any

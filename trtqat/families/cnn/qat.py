@@ -1,15 +1,14 @@
 """QAT of an image classifier: the CNN family's half of ``trtqat qat``.
 
-Default recipe (TensorRT's guidance): about 10% of the FP32 schedule's epochs (at least 1),
-starting at 1% of its learning rate, cosine-annealed per iteration down to 1% of that
-starting rate. The FP32 run's options travel in the calibrated checkpoint (``train_args``).
-BatchNorm stays in training mode, as in standard QAT.
+Default recipe (TensorRT's guidance, :mod:`trtqat.runs.qat_recipe`): about 10% of the FP32
+schedule's epochs (at least 1), starting at 1% of its learning rate, cosine-annealed per
+iteration down to 1% of that starting rate. The FP32 run's options travel in the calibrated
+checkpoint (``train_args``). BatchNorm stays in training mode, as in standard QAT.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,8 @@ from torch import nn
 
 from trtqat.errors import QuantizerStateError
 from trtqat.families.cnn.data_sources import preprocess_of
+from trtqat.families.cnn.fp32 import top1_or_none
+from trtqat.families.types import StageResult
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.runopts import FP32_DEFAULTS
 from trtqat.runs import distributed as D
@@ -24,6 +25,7 @@ from trtqat.runs import recipes as R
 from trtqat.runs.checkpoint import CheckpointError
 from trtqat.runs.health import kept_message
 from trtqat.runs.loop import NonFiniteLossError, evaluate, fit
+from trtqat.runs.qat_recipe import qat_recipe
 from trtqat.runs.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -32,30 +34,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-EPOCH_FRACTION = 0.1  # of the FP32 schedule
-
-
-LR_FRACTION = 0.01  # of the FP32 learning rate
-
-
-FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
-
-
 def classifier_recipe(cfg: QATConfig, train_args: dict[str, Any]) -> dict[str, Any]:
     """Every schedule option of an image classifier's QAT, filled in from the FP32 run's
     ``train_args`` (then :data:`~trtqat.runopts.FP32_DEFAULTS`); the loss is "ce"."""
     fp32 = {k: train_args.get(k, FP32_DEFAULTS[k]) for k in
             ("epochs", "lr", "momentum", "weight_decay", "opt", "label_smoothing", "data",
              "image_size", "batch_size")}
-    epochs = cfg.epochs or max(1, math.ceil(EPOCH_FRACTION * fp32["epochs"]))
-    lr = cfg.lr or LR_FRACTION * fp32["lr"]
-    min_lr = FINAL_LR_FRACTION * lr if cfg.min_lr is None else cfg.min_lr
-    if min_lr >= lr:
-        raise R.ConfigError(f"--min-lr ({min_lr}) must be below the QAT lr ({lr})")
+    recipe = qat_recipe(fp32["epochs"], fp32["lr"], epochs=cfg.epochs, lr=cfg.lr,
+                        min_lr=cfg.min_lr)
     pick = {k: getattr(cfg, k) if getattr(cfg, k) is not None else fp32[k]
             for k in ("momentum", "weight_decay", "opt", "label_smoothing", "data",
                       "image_size", "batch_size")}
-    return {"epochs": epochs, "lr": lr, "min_lr": min_lr, **pick,
+    return {"epochs": recipe.epochs, "lr": recipe.lr, "min_lr": recipe.min_lr, **pick,
             "fp32_epochs": fp32["epochs"], "fp32_lr": fp32["lr"], "loss": "ce"}
 
 
@@ -66,13 +56,10 @@ def _check_calibrated(model: nn.Module, path: str) -> None:
                                   f"{missing[0]}); calibrate the model first (trtqat calibrate)")
 
 
-def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[str, Any]:
+def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> StageResult:
     """QAT of an image classifier of ``family`` (``src``: the loaded calibrated checkpoint):
-    the stage code of :meth:`trtqat.families.cnn.CNNFamily.run_qat`.
-
-    Returns ``{"last": metrics of the last epoch, "best_top1": ..., "start_top1": ...,
-    "out": run folder}``.
-    """
+    the stage code of :meth:`trtqat.families.cnn.CNNFamily.run_qat`. The result's ``best``
+    is the best val top-1, ``before`` the calibrated model's."""
     with R.stage(cfg, resume=cfg.resume, inputs=[("--checkpoint", cfg.checkpoint)]) as st:
         ctx, acc, out = st.ctx, st.acc, st.out
         src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat", src)
@@ -155,4 +142,5 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dic
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
                                      "again (--overwrite)") from None
-        return {**result, "start_top1": start_top1, "out": str(out)}
+        return StageResult("qat", str(out), result["last"],
+                           best=top1_or_none(result["best_top1"]), before=start_top1)

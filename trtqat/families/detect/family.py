@@ -35,6 +35,13 @@ class DetectFamily(ModelFamily):
 
         return kind_of(model) is not None
 
+    def claims_module(self, model: nn.Module) -> bool:
+        """The built-in detector and Ultralytics detection models (``trtqat.export_onnx``)."""
+        from trtqat.families.detect.ultralytics import is_yolo
+        from trtqat.families.detect.yolo import YoloDigits
+
+        return isinstance(model, YoloDigits) or is_yolo(model)
+
     # ---- models -------------------------------------------------------------------------
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
         """The float detector ``--model`` names (see :mod:`.sources`)."""
@@ -130,16 +137,16 @@ class DetectFamily(ModelFamily):
 
         return qat_detector(cfg, self, source)
 
-    def describe(self, stage: str, result: dict[str, Any]) -> str:
-        """``STAGE: best val mAP@[.5:.95] X (mAP@.5 Y); run folder OUT``."""
-        best = result.get("best_map")
-        last = result.get("last") or {}
+    def describe(self, stage: str, result: Any) -> str:
+        """``STAGE: best val mAP@[.5:.95] X (last mAP@.5 Y); run folder OUT``."""
         text = stage
-        if best is not None and best >= 0:
-            text = f"{stage}: best val mAP@[.5:.95] {best:.2f}"
-            if last.get("val_map50") is not None:
-                text += f" (last mAP@.5 {last['val_map50']:.2f})"
-        return f"{text}; run folder {result['out']}"
+        if result.best is not None:
+            text = f"{stage}: best val mAP@[.5:.95] {result.best:.2f}"
+            if (result.last or {}).get("val_map50") is not None:
+                text += f" (last mAP@.5 {result.last['val_map50']:.2f})"
+            if result.before is not None:
+                text += f", from {result.before:.2f}"
+        return f"{text}; run folder {result.out}"
 
     # ---- export, compare, sensitivity ---------------------------------------------------
     def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
@@ -176,6 +183,18 @@ class DetectFamily(ModelFamily):
         from trtqat.families.detect.export import detection_checks
 
         return detection_checks(variant, reference, candidate, context)
+
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> Any:
+        """As ``trtqat export`` exports a detector: ``images``/``output0``, the float head
+        marked as float on purpose, the per-slice check."""
+        from trtqat.export.onnx_export import model_plan
+        from trtqat.families.detect.sources import float_layers, io_names
+
+        if getattr(model, "trtqat_skip_layers", None) is None:
+            model.trtqat_skip_layers = float_layers(model)
+        plan = model_plan(model, example_inputs, checks=self.export_check, **options)
+        plan.input_names, plan.output_names = io_names(model)
+        return plan
 
     def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
         from trtqat.families.detect.export import detector_export

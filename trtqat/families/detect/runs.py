@@ -9,13 +9,13 @@ which also picks ``best.pt``.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from trtqat.families.detect import loop
+from trtqat.families.types import StageResult
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers
 from trtqat.runs import distributed as D
 from trtqat.runs import recipes as R
@@ -69,7 +69,7 @@ def _data(family: Any, cfg: Any, split: str, data: str | None, size: Any, batch:
     return family.data(cfg, split, data=data, image_size=size, batch_size=batch)
 
 
-def train_detector(cfg: TrainConfig, family: Any) -> dict[str, Any]:
+def train_detector(cfg: TrainConfig, family: Any) -> StageResult:
     """FP32 training of ``cfg.model`` on detection data; writes ``last.pt``/``best.pt``."""
     with R.stage(cfg, resume=cfg.resume) as st:
         ctx, acc, out = st.ctx, st.acc, st.out
@@ -117,11 +117,19 @@ def train_detector(cfg: TrainConfig, family: Any) -> dict[str, Any]:
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
                                      "again (--overwrite)") from None
-        return {**result, "out": str(out)}
+        return _result("train", out, result)
+
+
+def _result(stage: str, out: Any, fitted: dict[str, Any], before: float | None = None
+            ) -> StageResult:
+    best = fitted.get("best_map")
+    return StageResult(stage, str(out), dict(fitted.get("last") or {}),
+                       best=None if best is None or best < 0 else float(best), before=before,
+                       metric="map")
 
 
 def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None
-                       ) -> dict[str, Any]:
+                       ) -> StageResult:
     """PTQ of a detector checkpoint (``src``) or of the float ``cfg.model``; writes the
     "ptq" run (``best_map``: the validation mAP after calibration)."""
     with R.stage(cfg, inputs=[("--checkpoint", cfg.checkpoint)]) as st:
@@ -188,19 +196,19 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
         copy_checkpoint(st.run.file("last.pt"), st.run.file("best.pt"))
         log.info("ptq (%s): val mAP %.2f  mAP@.5 %.2f  (%d batch(es) in %.1fs)", method,
                  val["map"], val["map50"], seen, calib_s)
-        return {"last": record, "best_map": val["map"], "out": str(st.out)}
+        return _result("calibrate", st.out, {"last": record, "best_map": val["map"]})
 
 
 def qat_recipe(cfg: QATConfig, src: dict[str, Any]) -> dict[str, Any]:
     """TensorRT's QAT guidance from the FP32 run the checkpoint records (10% of its epochs,
     at least 1; 1% of its lr, cosine to 1% of that); the loss is the model's own
     (``ultralytics`` or ``detect``), ``distill`` the weight of the FP32 teacher's term."""
-    from trtqat.families.cnn.qat import EPOCH_FRACTION, FINAL_LR_FRACTION, LR_FRACTION
     from trtqat.families.detect.family import TRAIN_RECIPE
+    from trtqat.runs.qat_recipe import FINAL_LR_FRACTION, LR_FRACTION, qat_epochs
 
     fp32 = {**TRAIN_RECIPE, **{k: v for k, v in (src.get("train_args") or {}).items()
                                if v is not None}}
-    epochs = cfg.epochs or max(1, math.ceil(EPOCH_FRACTION * fp32["epochs"]))
+    epochs = cfg.epochs or qat_epochs(fp32["epochs"])
     lr = cfg.lr or LR_FRACTION * fp32["lr"]
     min_lr = FINAL_LR_FRACTION * lr if cfg.min_lr is None else cfg.min_lr
     if min_lr >= lr:
@@ -215,7 +223,7 @@ def qat_recipe(cfg: QATConfig, src: dict[str, Any]) -> dict[str, Any]:
             "loss": "ultralytics" if kind == "ultralytics" else "detect"}
 
 
-def qat_detector(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[str, Any]:
+def qat_detector(cfg: QATConfig, family: Any, src: dict[str, Any]) -> StageResult:
     """QAT of a calibrated detector checkpoint; writes the "qat" run (``best.pt``: the
     best validation mAP@[.5:.95] of its epochs)."""
     if cfg.resume:
@@ -271,4 +279,4 @@ def qat_detector(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[str, 
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
                                      "again (--overwrite)") from None
-        return {**result, "start_map": start["map"], "out": str(out)}
+        return _result("qat", out, result, before=start["map"])

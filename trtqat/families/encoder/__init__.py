@@ -30,9 +30,11 @@ from trtqat.families.encoder.minilm import (
     tokenize,
 )
 from trtqat.families.encoder.recipes import (
+    CalibOptions,
     EncoderCalibConfig,
     EncoderQATConfig,
     calibrate_encoder,
+    calibrated_copy,
     collect_encoder_stats,
     qat_encoder,
     quantized_copy,
@@ -61,8 +63,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "EncoderExporter", "EncoderFamily", "export_encoder",
-    "ATTN_IMPLEMENTATION", "MINILM", "Corpus", "EncoderCalibConfig", "EncoderQATConfig",
-    "QuantMatMul", "SentenceEncoder", "build_encoder_from_checkpoint", "calibrate_encoder",
+    "ATTN_IMPLEMENTATION", "MINILM", "CalibOptions", "Corpus", "EncoderCalibConfig",
+    "EncoderQATConfig", "QuantMatMul", "SentenceEncoder", "build_encoder_from_checkpoint",
+    "calibrate_encoder", "calibrated_copy",
     "collect_encoder_stats", "embed", "embedding_fidelity", "encoder_dynamic_axes",
     "encoder_input_names", "encoder_shapes", "encoder_spec", "example_inputs_for_encoder",
     "is_encoder_checkpoint", "load_corpus", "load_encoder", "load_encoder_checkpoint",

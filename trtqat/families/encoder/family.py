@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from trtqat.families.base import ExportInputs, ModelFamily, StageData
+from trtqat.families.base import ExportInputs, ModelFamily, StageData, StageResult
+from trtqat.families.types import EvalData, FamilyExport, Variant
+
+if TYPE_CHECKING:
+    from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
+    from trtqat.export.validate import Check
+    from trtqat.families.base import StageConfig
+    from trtqat.stages.calibrate import CalibrateConfig
+    from trtqat.stages.compare.run import CompareConfig
+    from trtqat.stages.export import ExportOptions
+    from trtqat.stages.qat import QATConfig
 
 
 class EncoderFamily(ModelFamily):
@@ -26,6 +37,12 @@ class EncoderFamily(ModelFamily):
         if not model or ".py" in model:
             return False
         return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`."""
+        from trtqat.families.encoder.minilm import SentenceEncoder
+
+        return isinstance(model, SentenceEncoder)
 
     def claims_onnx(self, input_names: Sequence[str]) -> bool:
         """Token ids in: a sentence encoder's file (trtqat.families.encoder.export names them)."""
@@ -50,7 +67,7 @@ class EncoderFamily(ModelFamily):
         return quantize_transformer(model, skip_layers=tuple(skip_layers))
 
     # ---- data and recipe ----------------------------------------------------------------
-    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+    def data(self, cfg: StageConfig, split: str, **context: Any) -> StageData:
         """Sentences of ``context["data"]`` (``builtin`` or a text file, one a line): the
         training split (calibration or distillation) and the held-out one (fidelity). The
         split is the same in every stage. ``info``: ``corpus`` and the checked ``data``."""
@@ -59,7 +76,7 @@ class EncoderFamily(ModelFamily):
         data, corpus = corpus_of(context.get("data"))
         return StageData(corpus.train, corpus.heldout, None, {"corpus": corpus, "data": data})
 
-    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+    def recipe(self, stage: str, cfg: StageConfig | None, source: dict[str, Any] | None = None
                ) -> dict[str, Any]:
         """calibrate: mse, 32 sentences a batch, 128 tokens; qat: self-distillation
         ("distill") from the FP32 teacher, AdamW, 3 epochs at 1e-4 (cosine to 1%)."""
@@ -72,19 +89,19 @@ class EncoderFamily(ModelFamily):
         return qat_recipe(cfg, source or {"model": {}})
 
     # ---- stages -------------------------------------------------------------------------
-    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
         """PTQ on the corpus; also writes the FP32 reference run beside ``cfg.out``."""
         from trtqat.families.encoder.runs import calibrate_encoder_run
 
         return calibrate_encoder_run(cfg, self, source)
 
-    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+    def run_qat(self, cfg: QATConfig, source: dict[str, Any]) -> StageResult:
         """QAT by self-distillation from the FP32 reference of the calibration."""
         from trtqat.families.encoder.runs import qat_encoder_run
 
         return qat_encoder_run(cfg, self, source)
 
-    def describe(self, stage: str, result: dict[str, Any]) -> str:
+    def describe(self, stage: str, result: StageResult) -> str:
         """``STAGE: held-out mean cosine vs FP32 ..., Spearman ...; run folder OUT``."""
         from trtqat.families.encoder.runs import describe
 
@@ -111,19 +128,28 @@ class EncoderFamily(ModelFamily):
                             encoder_dynamic_axes(list(inputs)))
 
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
-                     context: Any = None) -> list[Any]:
+                     context: CheckContext | None = None) -> list[Check]:
         """The cosine of ONNX Runtime's embeddings with PyTorch's, mean and worst sentence."""
         from trtqat.export.checks import embedding_checks
 
         return embedding_checks(variant, reference, candidate, context)
 
-    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: ExportOptions
+                    ) -> FamilyExport:
         """Batch and sequence dynamic, validated on sentences at two shapes."""
         from trtqat.families.encoder.onnx_export import encoder_export
 
         return encoder_export(self, model, ckpt, options)
 
-    def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """The tokenizer's output as example (batch and sequence dynamic), validated on it
+        and on a smaller batch of shorter sequences, by embedding cosine."""
+        from trtqat.families.encoder.onnx_export import module_plan
+
+        return module_plan(model, example_inputs, checks=self.export_check, **options)
+
+    def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
+                     cfg: CompareConfig) -> EvalData:
         """Held-out sentences, their FP32 embeddings, training sentences to calibrate ORT."""
         from trtqat.families.encoder.compare_data import sentence_data
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
+import torch
 from torch import nn
 
 from trtqat.export.checks import MIN_COSINE, MIN_MEAN_COSINE, embedding_checks, fidelity_check
@@ -28,6 +30,7 @@ from trtqat.families.encoder.checkpoint import TASK
 from trtqat.families.encoder.export import (
     OUTPUT_NAMES,
     encoder_dynamic_shapes,
+    encoder_input_names,
     example_inputs_for_encoder,
 )
 from trtqat.variants import arch_label
@@ -68,17 +71,55 @@ def encoder_plan(model: nn.Module, tokenizer, *, sentences: Sequence[str] | None
     sentences = list(sentences or [])
     # torch.export specialises size-1 dimensions: trace with two rows
     inputs = example_inputs_for_encoder(tokenizer, 2, trace_len, sentences)
-    names = list(inputs)
-    dims = encoder_dynamic_shapes(names, max_sequence=limit)
     validation = [tuple(example_inputs_for_encoder(tokenizer, b, n, sentences).values())
                   for b, n in shapes]
-    return ExportPlan(tuple(inputs.values()), names, list(OUTPUT_NAMES),
+    return _plan(tuple(inputs.values()), list(inputs), validation, limit)
+
+
+def _plan(inputs: tuple[torch.Tensor, ...], names: list[str], validation: list,
+          limit: int | None) -> ExportPlan:
+    """The encoder's plan: batch and sequence dynamic, validated on ``validation`` by
+    embedding cosine, float constants clipped to fp16's range for fp16 variants."""
+    dims = encoder_dynamic_shapes(names, max_sequence=limit)
+    return ExportPlan(inputs, names, list(OUTPUT_NAMES),
                       dynamic_shapes=tuple(dims[n] for n in names), dynamic_batch=True,
                       dynamic_axes=("batch", "sequence"), validation=validation,
                       check_example=False, checks=embedding_checks, fold_bn=False,
                       clip_fp16=True,
                       metadata={"trtqat.task": TASK, "trtqat.inputs": ",".join(names),
                                 "trtqat.outputs": ",".join(OUTPUT_NAMES)})
+
+
+def module_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
+                dynamic_axes: Sequence[str] | None = None, validation_data: Any = None,
+                fold_bn: bool = True, checks: Any = embedding_checks) -> ExportPlan:
+    """The plan of an in-memory encoder from a tokenizer's output (``{"input_ids": ...,
+    "attention_mask": ..., ...}``, or a tuple in ``forward`` order, int64 ``(batch,
+    sequence)``): batch and sequence dynamic, validated on the example, on its first rows
+    cut to half the tokens (a second shape) and on ``validation_data`` (more tokenizer
+    outputs), by ``checks``. ``fold_bn`` does not apply (no BatchNorm)."""
+    from trtqat.export.inputs import named_inputs, validation_inputs
+
+    if not dynamic_batch or (dynamic_axes is not None
+                             and set(dynamic_axes) != {"batch", "sequence"}):
+        raise ExportError("a sentence encoder is exported with batch and sequence dynamic: "
+                          "drop dynamic_batch=False / dynamic_axes")
+    inputs, names = named_inputs(model, example_inputs)
+    names = names or list(encoder_input_names())[:len(inputs)]
+    if any(t.dim() != 2 or t.is_floating_point() for t in inputs):
+        raise ExportError("an encoder's example_inputs are the tokenizer's int64 (batch, "
+                          "sequence) tensors, e.g. tokenizer(sentences, return_tensors='pt')")
+    batch, length = inputs[0].shape
+    limit = max_positions(model)
+    check_shapes([(batch, length)], limit)
+    if batch == 1:  # torch.export specialises size-1 dimensions: trace with two rows
+        inputs = tuple(torch.cat([t, t]) for t in inputs)
+    cut = max(2, length // 2)
+    second = [tuple(t[:max(1, batch - 1), :cut] for t in inputs)] if cut < length else []
+    plan = _plan(inputs, names, [inputs, *second, *validation_inputs(model, validation_data)],
+                 limit)
+    plan.checks = checks
+    return plan
 
 
 def EncoderExporter(model: nn.Module, tokenizer, *, sentences: Sequence[str] | None = None,  # noqa: N802

@@ -1,8 +1,12 @@
-"""Library verbs for sentence encoders: PTQ with each calibrator, QAT by self-distillation.
+"""The encoder family's recipes: PTQ with each calibrator, QAT by self-distillation.
 
-* :func:`calibrate_encoder`: a quantized copy of an FP32 encoder, calibrated on unlabeled
-  sentences. Statistics are collected once (histograms for activations, max for weights),
-  so :func:`set_amax` can switch between max / percentile / mse / entropy afterwards.
+* :func:`calibrated_copy` (what ``trtqat calibrate --model minilm`` runs): a quantized copy
+  of an FP32 encoder, calibrated on unlabeled sentences. Statistics are collected once
+  (histograms for activations, max for weights), so :func:`set_amax` can switch between
+  max / percentile / mse / entropy afterwards. In your own code, use the common verbs:
+  ``trtqat.quantize(model, forward_loop=...)`` (in memory) or
+  ``trtqat.stages.calibrate.calibrate`` (a run folder); :func:`calibrate_encoder` and
+  :class:`EncoderCalibConfig`, their encoder-only forerunners, are deprecated.
 * :func:`qat_encoder`: fine-tunes a calibrated INT8 student to reproduce the embeddings of
   its FP32 teacher (cosine or MSE loss), AdamW with a linear warm-up and per-step cosine
   annealing to ``final_lr_ratio`` of the starting rate (the recipe of ``trtqat qat``).
@@ -16,6 +20,7 @@ import logging
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,9 +49,14 @@ DEFAULT_BATCH_SIZE = 32
 DEFAULT_METHOD = "mse"  # the best PTQ calibrator on all-MiniLM-L6-v2
 
 
+DEPRECATED = ("{name} is deprecated: encoders go through the common verbs, "
+              "trtqat.quantize(model, forward_loop=...) then trtqat.compute_amax in memory, "
+              "or trtqat.stages.calibrate.calibrate(CalibrateConfig(model=...)) for a run")
+
+
 @dataclass(frozen=True)
-class EncoderCalibConfig:
-    """What :func:`calibrate_encoder` reads (``trtqat calibrate``'s ``CalibrateConfig`` has
+class CalibOptions:
+    """What :func:`calibrated_copy` reads (``trtqat calibrate``'s ``CalibrateConfig`` has
     the same fields and may be passed instead); None takes the encoder default."""
 
     method: str | None = None
@@ -65,6 +75,16 @@ class EncoderCalibConfig:
                               f"{', '.join(methods())}")
         if not 0.0 < self.percentile <= 100.0:
             raise ConfigError(f"--percentile must be in (0, 100], got {self.percentile}")
+
+
+class EncoderCalibConfig(CalibOptions):
+    """Deprecated: ``trtqat.stages.calibrate.CalibrateConfig`` (the same fields), or
+    ``trtqat.quantize(model, forward_loop=...)`` in memory."""
+
+    def __post_init__(self) -> None:
+        warnings.warn(DEPRECATED.format(name="EncoderCalibConfig"), DeprecationWarning,
+                      stacklevel=3)
+        super().__post_init__()
 
 
 def _positive(cfg: Any, *names: str) -> None:
@@ -104,18 +124,28 @@ def set_amax(qmodel: nn.Module, method: str, percentile: float = 99.99) -> None:
 
 
 def calibrate_encoder(model: nn.Module, tokenizer, sentences: Sequence[str],
-                      config: EncoderCalibConfig | Any | None = None, accel: Accel | None = None
+                      config: CalibOptions | Any | None = None, accel: Accel | None = None
                       ) -> nn.Module:
+    """Deprecated: :func:`calibrated_copy` does it (``trtqat calibrate``'s code); in your
+    own code, ``trtqat.quantize(copy.deepcopy(model), forward_loop=batches)``."""
+    warnings.warn(DEPRECATED.format(name="calibrate_encoder"), DeprecationWarning,
+                  stacklevel=2)
+    return calibrated_copy(model, tokenizer, sentences, config, accel)
+
+
+def calibrated_copy(model: nn.Module, tokenizer, sentences: Sequence[str],
+                    config: CalibOptions | Any | None = None, accel: Accel | None = None
+                    ) -> nn.Module:
     """PTQ: a calibrated INT8 (fake-quant) copy of the FP32 encoder ``model``, on its device.
 
-    ``config`` (:class:`EncoderCalibConfig` or ``trtqat calibrate``'s ``CalibrateConfig``): ``method`` (activations;
+    ``config`` (``trtqat calibrate``'s ``CalibrateConfig``, or :class:`CalibOptions`): ``method`` (activations;
     weights always use max; None: mse, which scores best on all-MiniLM-L6-v2, whose LayerNorm
     outputs have outlier channels that percentile and entropy clip), ``percentile``,
     ``num_sentences`` (taken from the start of the list), ``batch_size`` and ``max_length``
     (tokenization; None: 32 and 128), ``skip_layers`` (glob patterns kept in float).
     ``accel``: its autocast applies to the (always eager) statistics collection.
     """
-    cfg = config or EncoderCalibConfig()
+    cfg = config or CalibOptions()
     acc = accel or Accel(model_device(model))
     qmodel = quantized_copy(model, cfg.skip_layers)
     with acc.autocast():
@@ -221,10 +251,10 @@ def _check_calibrated(student: nn.Module) -> None:
             if q.amax is None:
                 raise QuantizerStateError(
                     f"quantizer '{name}' has no amax: calibrate the student first "
-                    "(calibrate_encoder) and pass its result to qat_encoder")
+                    "(trtqat calibrate, or calibrated_copy) and pass it to qat_encoder")
     if n == 0:
         raise QuantizerStateError("the student has no enabled quantizer: pass a calibrated "
-                                  "quantized encoder (calibrate_encoder), not an FP32 one")
+                                  "quantized encoder (calibrated_copy), not an FP32 one")
 
 
 def tie_qkv_input_ranges(model: nn.Module) -> int:

@@ -52,12 +52,14 @@ from trtqat.families.encoder.recipes import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_METHOD,
     EncoderQATConfig,
-    calibrate_encoder,
+    calibrated_copy,
     qat_encoder,
 )
+from trtqat.families.types import StageResult
 from trtqat.runs import recipes as R
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import CheckpointError, copy_checkpoint, load_checkpoint
+from trtqat.runs.qat_recipe import FINAL_LR_FRACTION
 from trtqat.runs.run_dir import RunDir, RunDirError, check_out_dir
 from trtqat.runs.run_lock import RunGuard
 
@@ -69,7 +71,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_QAT_EPOCHS = 3  # ~460 steps of 32 built-in sentences; 1 epoch stops short of 0.99 cosine
 DEFAULT_QAT_LR = 1e-4
-FINAL_LR_FRACTION = 0.01  # of the QAT starting rate
 SPLIT_SEED = 0  # the train/held-out split is the same in every stage
 EMBED_BATCH = 64
 # Options of image classifiers that an encoder run does not take (refused or ignored).
@@ -192,11 +193,12 @@ def _write_run(out: Path, args: dict, records: list[dict], model: nn.Module, *, 
 
 
 def calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None
-                          ) -> dict[str, Any]:
+                          ) -> StageResult:
     """PTQ of an encoder (``src``: a loaded FP32 encoder checkpoint, or None for
     ``cfg.model``); writes the "ptq" run in ``cfg.out`` and the "fp32" one beside it.
 
-    Returns ``{"last": metrics record, "fidelity": held-out fidelity, "out", "fp32"}``.
+    The result's ``best`` is the held-out mean cosine against FP32; ``details`` holds the
+    held-out ``fidelity`` and the ``fp32`` reference folder.
     """
     acc = _accel(cfg)  # bad options refused before the folder is touched
     with RunGuard(cfg.out, resume=False, overwrite=cfg.overwrite,
@@ -205,7 +207,7 @@ def calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any]
 
 
 def _calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | None,
-                           out: Path, acc: Accel) -> dict[str, Any]:
+                           out: Path, acc: Accel) -> StageResult:
     batches = family.data(cfg, "calib", data=cfg.data)
     corpus, data = batches.info["corpus"], batches.info["data"]
     fp32, tok, arch, source = _source(cfg, src)
@@ -213,9 +215,9 @@ def _calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any
     fp32_dir, write_fp32 = _fp32_folder(cfg, out, source)
     torch.manual_seed(cfg.seed)
     r = family.recipe("calibrate", cfg, src)
-    cfg = dataclasses.replace(cfg, **r)  # calibrate_encoder reads the resolved options
+    cfg = dataclasses.replace(cfg, **r)  # calibrated_copy reads the resolved options
     t0 = time.perf_counter()
-    qmodel = calibrate_encoder(fp32, tok, corpus.train, cfg, accel=acc)
+    qmodel = calibrated_copy(fp32, tok, corpus.train, cfg, accel=acc)
     calib_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     ref = embed(fp32, tok, list(corpus.heldout), EMBED_BATCH, cfg.max_length, acc.device)
@@ -244,7 +246,8 @@ def _calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any
                corpus=corpus_info, fp32_checkpoint=str((fp32_dir / "best.pt").resolve()))
     log.info("ptq (%s): held-out mean cosine %.5f, Spearman %s", cfg.method,
              fid["mean_cosine"], fid["spearman"])
-    return {"last": record, "fidelity": fid, "out": str(out), "fp32": str(fp32_dir)}
+    return StageResult("calibrate", str(out), record, best=fid["mean_cosine"],
+                       metric="mean_cosine", details={"fidelity": fid, "fp32": str(fp32_dir)})
 
 
 def _teacher(src: dict[str, Any]) -> tuple[nn.Module, str]:
@@ -275,10 +278,11 @@ def _check_qat_options(cfg: QATConfig) -> None:
                     ", ".join(ignored))
 
 
-def qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[str, Any]:
+def qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any]) -> StageResult:
     """QAT of a calibrated encoder checkpoint ``src``; writes the "qat" run in ``cfg.out``.
 
-    Returns ``{"last", "start" (fidelity before), "fidelity" (after), "out"}``.
+    The result's ``best`` and ``before`` are the held-out mean cosine after and before;
+    ``details`` holds both fidelities (``fidelity``, ``start``).
     """
     _check_qat_options(cfg)
     acc = _accel(cfg)  # bad options refused before the folder is touched
@@ -288,7 +292,7 @@ def qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any]) -> dict[st
 
 
 def _qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any], out: Path,
-                     acc: Accel) -> dict[str, Any]:
+                     acc: Accel) -> StageResult:
     if src.get("stage") not in ("ptq", "qat"):
         raise CheckpointError(f"{cfg.checkpoint} holds a {src.get('stage')!r} checkpoint: "
                               f"calibrate it first: trtqat calibrate --checkpoint {cfg.checkpoint}")
@@ -339,15 +343,17 @@ def _qat_encoder_run(cfg: QATConfig, family: Any, src: dict[str, Any], out: Path
                corpus=src.get("corpus"), fp32_checkpoint=src.get("fp32_checkpoint"))
     log.info("qat: %d steps, held-out mean cosine %.5f -> %.5f", hist["steps"],
              start["mean_cosine"], fid["mean_cosine"])
-    return {"last": record, "start": start, "fidelity": fid, "out": str(out)}
+    return StageResult("qat", str(out), record, best=fid["mean_cosine"],
+                       before=start["mean_cosine"], metric="mean_cosine",
+                       details={"start": start, "fidelity": fid})
 
 
-def describe(stage: str, result: dict[str, Any]) -> str:
+def describe(stage: str, result: StageResult) -> str:
     """The closing line of the CLI: held-out fidelity and the run folder."""
-    fid = result["fidelity"]
+    fid = result.details["fidelity"]
     sp = fid.get("spearman")
     text = (f"{stage}: held-out mean cosine vs FP32 {fid['mean_cosine']:.5f}, Spearman "
             f"{'-' if sp is None else format(sp, '.5f')} ({fid['sentences']} sentences)")
-    if "start" in result:
-        text += f", from {result['start']['mean_cosine']:.5f}"
-    return f"{text}; run folder {result['out']}"
+    if result.before is not None:
+        text += f", from {result.before:.5f}"
+    return f"{text}; run folder {result.out}"

@@ -23,7 +23,6 @@ torchvision ``--weights`` load as they are; quantized checkpoints hold
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from trtqat.quant.plugins.mha import (  # noqa: F401 (re-exported)
     replace_attention,
 )
 from trtqat.runopts import FP32_DEFAULTS
+from trtqat.runs.qat_recipe import qat_epochs
 
 # Small configurations: train from scratch on digits (8x8 upscaled) in about a minute on
 # two CPU cores at the default --image-size 32 (8x8 patches of 4x4 pixels + a class token).
@@ -93,6 +93,14 @@ class ViTFamily(CNNFamily):
     def claims_checkpoint(self, ckpt: dict[str, Any]) -> bool:
         """Checkpoints tagged ``model.family == "vit"``."""
         return (ckpt.get("model") or {}).get("family") == self.name
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """A torchvision ``VisionTransformer``, or a model holding this family's quantizable
+        attention (:class:`ViTSelfAttention`)."""
+        import torchvision
+
+        return isinstance(model, torchvision.models.VisionTransformer) or any(
+            isinstance(m, ViTSelfAttention) for m in model.modules())
 
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
         """A float ViT. Options: ``image_size`` (a multiple of the patch size; default 32 for
@@ -213,7 +221,7 @@ class ViTFamily(CNNFamily):
             fp32 = {**FP32_DEFAULTS, **self.recipe("train", None),
                     **{k: v for k, v in recorded.items() if v is not None}}
             cfg = copy.copy(cfg)  # the CNN rule then fills the rest from these two
-            cfg.epochs = cfg.epochs or max(1, math.ceil(QAT_EPOCH_FRACTION * fp32["epochs"]))
+            cfg.epochs = cfg.epochs or qat_epochs(fp32["epochs"], QAT_EPOCH_FRACTION)
             cfg.lr = cfg.lr or QAT_LR_FRACTION * fp32["lr"]
             source = {**(source or {}), "train_args": fp32}
         return super().recipe(stage, cfg, source)

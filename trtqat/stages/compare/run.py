@@ -16,6 +16,7 @@ from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 from trtqat.stages.compare.data import EvalData, feed_for
 from trtqat.stages.compare.report import VariantResult, build_report, format_table, write_report
+from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.stages.compare.variants import CompareError, Variant, discover, explicit
 from trtqat.variants import artifact_name
@@ -215,8 +216,9 @@ def _family(variants: list[Variant], cfg: CompareConfig):
     return families.of_model(cfg.model) if cfg.model else families.get("cnn")
 
 
-def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Measure every variant; write report.json/md/png into ``cfg.out``; return the report.
+def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareReport:
+    """Measure every variant; write report.json/md/png into ``cfg.out``; return the
+    :class:`CompareReport`.
 
     A variant that fails is reported with its error and the others still run; when every
     variant fails no report is written and :class:`CompareError` is raised.
@@ -274,7 +276,6 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
                                     f"interleaved in {ROUNDS} rotated rounds of duration / "
                                     f"{ROUNDS}, figures are medians over rounds"})
     paths = write_report(report, cfg.out)
-    report["files"] = {k: str(v) for k, v in paths.items()}
     echo("")
     echo(format_table(report))
     echo("")
@@ -286,7 +287,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
              "in report.md)")
     for flag in report["unstable"]:
         echo(f"UNSTABLE: {flag}")
-    return report
+    return CompareReport(report, results, dict(paths))
 
 
 def _require_backend(backend: str) -> None:
