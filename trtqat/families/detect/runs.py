@@ -248,6 +248,9 @@ def qat_detector(cfg: QATConfig, family: Any, src: dict[str, Any]) -> StageResul
         _check_calibrated(model, str(cfg.checkpoint))
         acc.prepare(model)
         teacher = None
+        if r["distill"] > 0 and r["loss"] == "ultralytics":
+            raise R.ConfigError("--distill works with the family's loss (raw head tensors); "
+                                "an Ultralytics model trains with its own loss: drop --distill")
         if r["distill"] > 0:
             teacher = loop.frozen_teacher(family.load(src, quantized=False).to(ctx.device))
         criterion = _loss(family, model, int(spec["num_classes"]))
