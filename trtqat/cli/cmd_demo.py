@@ -20,9 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "every ONNX variant, engines, trtexec-style benchmark and a report (report.md, "
         "report.json, report.png). Finished stages are reused unless --fresh.")
     O.add_model(p, "resnet18", "image classifier of any image family: a torchvision or timm "
-                "name, path/to/file.py:factory, or vit (a small Vision Transformer)")
+                "name, path/to/file.py:factory, or vit (a small Vision Transformer); or a "
+                "detector: yolo_digits (digits composited onto canvases, COCO mAP)")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
-    O.add_image_size(p, 32, "input resolution: N (square) or HxW, at least 8")
+    O.add_image_size(p, None, "input resolution: N (square) or HxW, at least 8 (default: "
+                     "the family's, 32 for classifiers, 96 for detectors)")
     O.add_epochs(p, None, "FP32 training epochs (default: the family's recipe, 15 for CNNs, "
                  "30 for Vision Transformers)")
     p.add_argument("--calib-batches", type=V.positive_int, default=8,

@@ -33,6 +33,8 @@ import onnx
 from onnx import helper
 
 from trtqat.arrays import row_cosines
+from trtqat.engines.detect_agreement import agreement as detection_agreement
+from trtqat.engines.detect_agreement import is_detection
 from trtqat.engines.errors import EngineBuildError
 from trtqat.engines.hints import ORT_PASSES, read_hints
 from trtqat.engines.onnx_io import has_float16, ort_disabled_optimizers
@@ -210,15 +212,21 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
         metric = "cosine" if is_embedding_output(reference_model, ref) else "top1"
     same = total = 0
     max_diff = mean_acc = ref_max = 0.0
+    detector = metric == "top1" and is_detection(reference_model)
     for r, c in zip(ref, cand):
         r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
-        same += int((r2.argmax(-1) == c2.argmax(-1)).sum())
-        total += r2.shape[0]
+        if detector:  # confident anchors: same class, overlapping box
+            agree, confident = detection_agreement(r, c)
+            same, total = same + agree, total + confident
+        else:
+            same += int((r2.argmax(-1) == c2.argmax(-1)).sum())
+            total += r2.shape[0]
         diff = np.abs(r2.astype(np.float64) - c2)
         max_diff = max(max_diff, float(diff.max()))
         mean_acc += float(diff.sum())
         ref_max = max(ref_max, float(np.abs(r2).max()))
-    result = {"metric": metric, "top1_agreement": same / total, "samples": total,
+    result = {"metric": "detection" if detector else metric,
+              "top1_agreement": same / total if total else 1.0, "samples": total,
               "max_abs_diff": max_diff,
               "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
               "max_abs_reference": ref_max}
@@ -234,7 +242,8 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
                 "representative inputs")
     elif result["top1_agreement"] < min_top1:
         raise AgreementError(
-            f"CPU re-encoding moved the outputs too far: top-1 agreement "
+            f"CPU re-encoding moved the outputs too far: "
+            f"{'detection' if detector else 'top-1'} agreement "
             f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "
             f"{max_diff:.3g}); build without CPU re-encoding or calibrate on representative inputs"
         )

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from trtqat.atomic import publish, temp_path
 from trtqat.errors import TrtqatError

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from trtqat.errors import TrtqatError
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import copy_checkpoint, save_checkpoint

@@ -30,7 +30,7 @@ class DemoConfig:
 
     model: str = "resnet18"
     data: str = "digits"
-    image_size: int | tuple[int, int] = 32
+    image_size: int | tuple[int, int] | None = None  # None: the family's (32; detectors 96)
     epochs: int | None = None  # None: the family's FP32 recipe (15 for CNNs, 30 for ViTs)
     calib_batches: int = 8
     qat_epochs: int | None = None
@@ -49,7 +49,7 @@ class DemoConfig:
         from trtqat.sizes import hw
 
         if ((self.epochs is not None and self.epochs < 1) or self.calib_batches < 1
-                or min(hw(self.image_size)) < 8):
+                or (self.image_size is not None and min(hw(self.image_size)) < 8)):
             raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
 
 
@@ -81,9 +81,10 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareRep
     from trtqat.stages.train import TrainConfig
 
     family = families.of_model(cfg.model)
-    if family.task != "classification":
+    if family.task not in ("classification", "detection"):
         raise TrtqatError(f"--model {cfg.model} is one of the {family.summary.split(':')[0]}: "
-                          "the demo trains image classifiers (e.g. --model resnet18)")
+                          "the demo trains image classifiers and detectors (e.g. --model "
+                          "resnet18, --model yolo_digits)")
     pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
     t_start = time.perf_counter()
     root = Path(cfg.runs)
@@ -92,7 +93,7 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareRep
     train_cfg = TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
                             epochs=cfg.epochs, out=str(fp32), **common)
 
-    echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {size_text(cfg.image_size)}, "
+    echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {size_text(train_cfg.image_size)}, "
          f"{train_cfg.epochs} epochs -> {fp32}")
     if not cfg.fresh and _fp32_complete(fp32, train_cfg.epochs):
         echo("      reusing the finished run (--fresh to redo)")
@@ -108,15 +109,15 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareRep
         out = _stage_dir(root, method, pct)
         label = f"{method} {pct:g}" if pct is not None else method
         if not cfg.fresh and _done(out):
-            ptq_results[out] = float(load_checkpoint(out / "best.pt").get("best_top1", -1))
-            echo(f"      {label}: reusing {out} (top-1 {ptq_results[out]:.2f}%)")
+            ptq_results[out] = float(load_checkpoint(out / "best.pt").get(family.score_key, -1))
+            echo(f"      {label}: reusing {out} ({family.score_label} {ptq_results[out]:.2f})")
             continue
         res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
             checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
             percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True, **common),
             source))
         ptq_results[out] = -1.0 if res.best is None else res.best
-        echo(f"      {label}: top-1 {ptq_results[out]:.2f}%")
+        echo(f"      {label}: {family.score_label} {ptq_results[out]:.2f}")
 
     best_ptq = max(ptq_results, key=ptq_results.get)
     qat = root / "qat"

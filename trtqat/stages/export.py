@@ -41,6 +41,9 @@ class ExportOptions:
     max_length: int | None = None       # encoders: tokens of the traced example
     data: str | None = None             # validation data (default: the checkpoint's)
     validate: bool = True
+    input_names: tuple[str, ...] = ()   # ONNX names (default: the family's or the model's)
+    output_names: tuple[str, ...] = ()
+    nms: bool = False                   # detectors: also write a file with box decoding + NMS
 
 
 @dataclass
@@ -90,6 +93,9 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     if int8:
         refuse_uncalibrated(model)  # before any file is written
     job = family.export_plan(model, ckpt, options)
+    if options.nms and job.post is None:
+        raise ExportError(f"--nms adds box decoding and NMS to detectors; {options.checkpoint} "
+                          f"holds a {family.name} model: drop --nms")
     exporter = Exporter(model, family.stamp_plan(job.plan))
     tag = stage_tag(ckpt)
     run = ExportRun(out, family.checkpoint_tag or family.name)
@@ -105,6 +111,9 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
         for line in result.lines():
             echo(f"  {line}")
         echo(f"  -> {path if ok else 'not written'}")
+        if ok and job.post is not None:
+            for line in job.post(path, result):
+                echo(line)
         summary.append(result.to_dict() | {"written": ok})
     run.summary_file = _write_summary(out, options, {"family": run.family, **job.info},
                                       summary)

@@ -339,5 +339,6 @@ def output_classes(model: nn.Module, channels: int, size: tuple[int, int]) -> in
     out = out[0] if isinstance(out, (tuple, list)) else out
     if not isinstance(out, torch.Tensor) or out.ndim != 2:
         raise ModelSourceError("the model must return logits of shape (batch, classes), got "
-                               f"{getattr(out, 'shape', type(out).__name__)}")
+                               f"{getattr(out, 'shape', type(out).__name__)}; for a detector "
+                               "(boxes and class scores) pass --model detect:FILE.py:FACTORY")
     return int(out.shape[1])

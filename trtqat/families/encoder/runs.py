@@ -74,7 +74,7 @@ DEFAULT_QAT_LR = 1e-4
 SPLIT_SEED = 0  # the train/held-out split is the same in every stage
 EMBED_BATCH = 64
 # Options of image classifiers that an encoder run does not take (refused or ignored).
-UNSUPPORTED = ("resume", "stop_after")
+UNSUPPORTED = ("resume", "stop_after", "distill")
 IGNORED = ("momentum", "opt", "label_smoothing", "image_size", "limit_batches")
 
 
