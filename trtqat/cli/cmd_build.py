@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from typing import Any
 
@@ -35,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
     warn_ignored_flags(args, backend, loading=False)
     start = time.perf_counter()
     engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)
+    from trtqat.engines.ort_nodes import mostly_float_note
+
+    note = mostly_float_note(engine.header)
+    if note:
+        logging.getLogger("trtqat.build").warning(note)
     path = engine.save(args.out)
     inputs = ", ".join(spec.describe() for spec in engine.inputs)
     print(f"built {path} (metadata in {sidecar_path(path).name}; {backend} "
