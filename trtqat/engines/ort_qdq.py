@@ -53,13 +53,13 @@ from trtqat.engines.ort_qdq_matmul import (
 )
 from trtqat.engines.ort_qdq_rewrite import (
     fold_batchnorm_nodes,
-    insert_output_quantizers,
     prequantize_weights,
     quantize_gemm_bias,
     reducemean_to_gap,
     reencode_uint8,
     unify_quantizers,
 )
+from trtqat.engines.ort_qdq_units import absorb_clips, complete_units
 from trtqat.engines.ort_u8s8 import cpu_int8_info, exact_weights, u8s8_saturates
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes.update(unify_quantizers(g))
     if "output_quantizers" in run:
         ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
-        passes["output_quantizers_added"] = insert_output_quantizers(g, ranges)
+        passes["output_quantizers_added"] = complete_units(g, ranges, unify)
+    if "absorb_clips" in run:
+        passes["clips_absorbed"] = absorb_clips(g)
     seven_bit: set[str] = set()
     if "reencode_uint8" in run:
         int8_qs = _int8_activation_qs(g)
