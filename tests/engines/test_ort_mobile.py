@@ -142,6 +142,39 @@ def test_resize_and_average_pool_run_on_uint8():
     assert after["float_total"] == 0
 
 
+def _relu6_pair(gain: float):
+    def body(net: QDQNet, x: str) -> str:
+        a = _relu6(net, net.conv(x, 3, 8, gain=gain))
+        return net.head(_relu6(net, net.conv(a, 8, 8, k=1)), 8)
+    return body
+
+
+@pytest.mark.parametrize("gain, absorbed, first_weights", [
+    (1.0, "into_uint8_quantizer", "uint8"),  # ReLU6 reaches 6: uint8 grid of 6/255
+    (0.1, "to_relu", "int8")])  # 255 steps stay below 6: a Relu, 7-bit values
+def test_relu6_quantizer_and_the_u8s8_guard(gain, absorbed, first_weights):
+    """A ReLU6 output quantized on a uint8 grid reaching 6 can exceed 127 steps: on CPUs
+    whose u8s8 kernels saturate, the dense conv reading it gets uint8 weights."""
+    float_model, qdq_model = make(_relu6_pair(gain))
+    new, report = reencode_for_cpu(qdq_model, feeds(), threads=1, min_top1=0.9,
+                                   u8s8_exact=False)
+    assert report["passes"]["clips_absorbed"] == {absorbed: 2}
+    assert report["compute_nodes"]["after"]["float_total"] == 0
+    inits = {t.name: t.data_type for t in new.graph.initializer}
+    convs = [n for n in new.graph.node if n.op_type == "Conv"]
+    producer = {o: n for n in new.graph.node for o in n.output}
+    second = producer[convs[1].input[1]]  # the 1x1 conv's weight DQ
+    assert inits[second.input[0]] == {"uint8": 2, "int8": 3}[first_weights]
+
+
+def test_without_calibration_inputs_every_unit_gets_a_scale():
+    _, qdq_model = make(mobilenet_v2)
+    _, report = reencode_for_cpu(qdq_model, None, threads=1)
+    added = report["passes"]["output_quantizers_added"]
+    assert added["calibrated"] == 0 and added["from_neighbours"] + added["from_clip_bound"] >= 1
+    assert report["compute_nodes"]["after"]["float_total"] == 0
+
+
 @pytest.mark.parametrize("body", [mobilenet_v2, shufflenet])
 def test_every_conv_input_is_a_single_quantized_tensor(body):
     """No tensor is quantized twice with different scales after the re-encoding."""

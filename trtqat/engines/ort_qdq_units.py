@@ -11,8 +11,8 @@ Reshape, Resize nearest, ...) when both sides share scale and zero-point. What O
 fuses; :func:`complete_units` gives our graph the same shape:
 
 * every tensor that an integer-capable op reads or writes gets a Q/DQ: the existing one
-  (other readers are moved onto its DQ), else a calibrated one (``ranges``), else one with
-  the largest scale of its neighbours;
+  (other readers are moved onto its DQ), else a calibrated one (``ranges``), else one
+  from the bound of the Clip that writes it or the largest scale of its neighbours;
 * tensors joined by data-movement ops share one scale (the largest of their quantizers),
   so ORT can drop the Q/DQ around the op (exact: the op does not change values).
 
@@ -225,8 +225,8 @@ def _plan(u: Units) -> tuple[dict[str, list[str]], set[str], set[str], set[str]]
 
 
 def _neighbour_scale(u: Units, names: list[str]) -> float | None:
-    """Without calibration data: the largest DQ scale among the other inputs of the Add,
-    Mul or Concat units that read ``names`` or write them."""
+    """Without calibration data: the largest quantizer scale among the other inputs and the
+    output of the Add, Mul or Concat units that read or write ``names``."""
     g, scales = u.g, []
     for name in names:
         nodes = list(g.consumers.get(name, []))
@@ -235,14 +235,24 @@ def _neighbour_scale(u: Units, names: list[str]) -> float | None:
         for node in nodes:
             if node.op_type not in MULTI_OPS:
                 continue
-            for i in node.input:
-                dq = g.producer.get(i)
-                if dq is not None and dq.op_type == "DequantizeLinear" and i != name:
-                    q = g.producer.get(dq.input[0])
-                    p = _params(g, q) if q is not None and q.op_type == "QuantizeLinear" else None
-                    if p is not None:
+            others = [u.source(i) for i in node.input if i and i != name]
+            others.append(u.unit_output(node))
+            for other in others:
+                for q in u.activation_qs(other):
+                    p = _params(g, q)
+                    if p is not None and other not in names:
                         scales.append(p[0])
     return max(scales) if scales else None
+
+
+def _clip_bound(u: Units, names: list[str]) -> float | None:
+    """H of a Clip(0, H) that writes one of ``names`` (the whole group is within [0, H])."""
+    for name in names:
+        node = u.g.producer.get(name)
+        bounds = clip_bounds(u.g, node) if node is not None else None
+        if bounds is not None:
+            return bounds[1]
+    return None
 
 
 def complete_units(g: Graph, ranges: RangeFn | None, unify: bool = True) -> dict[str, int]:
@@ -251,7 +261,8 @@ def complete_units(g: Graph, ranges: RangeFn | None, unify: bool = True) -> dict
     u = Units(g)
     groups, unit_outs, int_reads, units = _plan(u)
     counts: Counter[str] = Counter(dict.fromkeys(
-        ("from_joined_quantizer", "calibrated", "from_neighbours", "rescaled", "rewired"), 0))
+        ("from_joined_quantizer", "calibrated", "from_clip_bound", "from_neighbours", "rescaled",
+         "rewired"), 0))
     todo = [n for names in groups.values() if not any(u.activation_qs(x) for x in names)
             for n in names]
     amax = ranges(todo) if ranges is not None and todo else {}
@@ -268,6 +279,8 @@ def complete_units(g: Graph, ranges: RangeFn | None, unify: bool = True) -> dict
         elif all(x in amax for x in names):
             peak = 127.0 if dtype == np.int8 else 255.0
             scale, how = max(max(amax[x] for x in names), 1e-12) / peak, "calibrated"
+        elif (bound := _clip_bound(u, names)) is not None:
+            scale, how = bound / 127.0, "from_clip_bound"
         else:
             scale, how = _neighbour_scale(u, names), "from_neighbours"
             if scale is None:
