@@ -220,7 +220,7 @@ class OrtBuilder(Builder):
         if tuple(options.providers) == ("cpu",):
             from trtqat.engines.ort_u8s8 import guard_model
 
-            model, cpu_int8 = guard_model(model)
+            model, cpu_int8 = guard_model(model, None if options.u8s8_guard else False)
         providers = _providers(ort, options)
         so = _session_options(ort, options)
         compiled = any(p in _COMPILING_PROVIDERS for p in options.providers)

@@ -152,16 +152,39 @@ def is_embedding_output(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = 
         np.allclose(np.linalg.norm(r.astype(np.float64), axis=-1), 1.0, atol=1e-3) for r in rows)
 
 
+TIE = 1e-5  # reference scores closer than this fraction of the output scale are a tie
+
+
+def _top1_agrees(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Per row: the candidate's top-1 is the reference's, or a class the reference scores
+    within float32 resolution of its top-1 (a tie, e.g. the near-constant outputs of a
+    network whose activations vanish)."""
+    rows = np.arange(len(ref))
+    pick = cand.argmax(-1)
+    tol = TIE * max(float(np.abs(ref).max(initial=0.0)), np.finfo(np.float32).tiny)
+    return (pick == ref.argmax(-1)) | (ref.max(-1) - ref[rows, pick] <= tol)
+
+
+def mean_centered_cosine(ref: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> float:
+    """Mean cosine of each output row with the reference's after subtracting each row's
+    mean: how well the candidate keeps the shape of the scores, meaningful even where
+    near-constant scores (a random-weight network) make top-1 noise."""
+    rows = [row_cosines(r - r.mean(-1, keepdims=True), c - c.mean(-1, keepdims=True))
+            for r, c in zip(ref, cand) if r.ndim and r.shape[-1] > 1]
+    return float(np.concatenate(rows).mean()) if rows else float("nan")
+
+
 def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
                     feeds: Feeds, min_top1: float = 0.99, threads: int = 2,
                     min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
     """Compare the first output of two models on ``feeds`` with ORT's CPU provider.
 
     ``metric`` "top1" (classifiers: argmax over the last axis per sample, at least
-    ``min_top1`` must agree), "cosine" (embeddings: mean cosine similarity per row at least
-    ``min_cosine``, default :data:`DEFAULT_MIN_COSINE`) or "auto" (cosine when
+    ``min_top1`` must agree; reference scores within 1e-5 of the output scale are ties),
+    "cosine" (embeddings: mean cosine similarity per row at least ``min_cosine``, default
+    :data:`DEFAULT_MIN_COSINE`) or "auto" (cosine when
     :func:`is_embedding_output`). Returns ``{"metric", "top1_agreement", "samples",
-    "max_abs_diff", "mean_abs_diff", "max_abs_reference"}`` plus ``mean_cosine`` and
+    "max_abs_diff", "mean_abs_diff", "max_abs_reference", "mean_centered_cosine"}`` plus ``mean_cosine`` and
     ``min_cosine`` for the cosine metric; raises :class:`AgreementError` below the threshold.
     """
     if not feeds:
@@ -178,7 +201,7 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
     max_diff = mean_acc = ref_max = 0.0
     for r, c in zip(ref, cand):
         r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
-        same += int((r2.argmax(-1) == c2.argmax(-1)).sum())
+        same += int(_top1_agrees(r2, c2).sum())
         total += r2.shape[0]
         diff = np.abs(r2.astype(np.float64) - c2)
         max_diff = max(max_diff, float(diff.max()))
@@ -187,7 +210,8 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
     result = {"metric": metric, "top1_agreement": same / total, "samples": total,
               "max_abs_diff": max_diff,
               "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
-              "max_abs_reference": ref_max}
+              "max_abs_reference": ref_max,
+              "mean_centered_cosine": mean_centered_cosine(ref, cand)}
     if metric == "cosine":
         cos = np.concatenate([row_cosines(r, c) for r, c in zip(ref, cand)])
         threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine

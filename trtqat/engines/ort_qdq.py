@@ -213,7 +213,8 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     graphs, unchanged otherwise.
 
     Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``min_cosine``,
-    ``threads``, ``cpu_reencode`` (False skips the rewrite). The report is logged and stored in the
+    ``threads``, ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
+    int8 weights where ORT's u8s8 kernels may saturate). The report is logged and stored in the
     model's metadata under ``trtqat.cpu_reencode``.
     """
     if not getattr(options, "cpu_reencode", True):
@@ -222,7 +223,9 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     new_model, report = reencode_for_cpu(model, getattr(options, "calib_feeds", None),
                                          min_top1=getattr(options, "min_top1", 0.99),
                                          threads=threads,
-                                         min_cosine=getattr(options, "min_cosine", None))
+                                         min_cosine=getattr(options, "min_cosine", None),
+                                         u8s8_exact=None if getattr(options, "u8s8_guard", True)
+                                         else True)
     if report.get("rewritten"):
         entry = new_model.metadata_props.add()
         entry.key, entry.value = "trtqat.cpu_reencode", json.dumps(report, default=str)
