@@ -7,8 +7,9 @@ run_ptq``: the TensorRT-style Q/DQ re-encoded for ORT's integer CPU kernels, cal
 checked on the calibration batches); its FP32 export is built too, and ONNX Runtime's own
 ``quantize_static`` (QDQ, uint8 activations, int8 per-channel weights, MinMax) of that FP32
 ONNX, calibrated on the same batches, is built as "ORT PTQ" and run as ORT runs it. The
-engines are timed in interleaved rotated rounds (``trtqat.compare.timing``) at every
-``--batch-sizes``: each figure is the median over rounds with its spread
+engines are timed in interleaved rotated rounds (:func:`time_rounds`: trtexec's compute time
+with fixed I/O buffers) at every ``--batch-sizes``: each figure is the median over rounds of
+the per-round medians, with its spread
 ``(max - min) / median``, flagged ``!`` above 10%; each ratio is the median of the per-round
 ratios, with their spread.
 
@@ -39,8 +40,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trtqat.compare.report import UNSTABLE_SPREAD, VariantResult  # noqa: E402
-from trtqat.compare.timing import Timed, spread, time_interleaved  # noqa: E402
 from trtqat.zoo import (  # noqa: E402
     USUAL_SIZE,
     ZOO,
@@ -53,6 +52,41 @@ from trtqat.zoo import (  # noqa: E402
 
 CALIB_BATCHES, CALIB_BATCH = 2, 4  # run_ptq's calibration data, reused for ORT PTQ
 TARGET_VS_PTQ = 1.1  # INT8 latency / ORT PTQ latency <=
+UNSTABLE_SPREAD = 0.10  # a figure whose spread over rounds exceeds this is flagged "!"
+
+Rounds = dict[str, dict[int, list[float]]]  # engine -> batch -> per-round median ms
+
+
+def spread(values: Sequence[float]) -> float:
+    """``(max - min) / median`` (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid if mid else 0.0
+
+
+def time_rounds(engines: dict[str, Any], feeds: dict[int, dict[str, np.ndarray]],
+                threads: int, rounds: int, seconds: float, warmup_ms: float) -> Rounds:
+    """Compute time (ms) of every engine at every batch size: in each round every engine in
+    turn (the order rotated between rounds) runs queries for ``seconds / rounds`` (at least
+    one, trtexec's timing with fixed I/O buffers) and contributes their median."""
+    import contextlib
+
+    from trtqat.engines import BenchmarkSettings
+
+    names = list(engines)
+    out: Rounds = {n: {b: [] for b in feeds} for n in names}
+    with contextlib.ExitStack() as stack:
+        runners = {n: stack.enter_context(engines[n].runner(threads=threads)) for n in names}
+        for r in range(rounds):
+            for n in names[r % len(names):] + names[:r % len(names)]:
+                for b, feed in feeds.items():
+                    settings = BenchmarkSettings(warmup_ms=warmup_ms, iterations=1, batch=b,
+                                                 duration_s=seconds / rounds,
+                                                 data_transfers=False)
+                    bench = runners[n].benchmark(dict(feed), settings)
+                    out[n][b].append(float(bench.stats("compute_ms").median))
+    return out
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -138,17 +172,18 @@ def _engines(model, result: ZooResult, size: int, out: Path, args) -> dict[str, 
     return engines
 
 
-def _figure(res: VariantResult, batch: int) -> str:
-    lat, sp = res.latency_ms.get(batch), res.latency_spread.get(batch)
-    if lat is None:
+def _figure(times: Rounds, name: str, batch: int) -> str:
+    values = times.get(name, {}).get(batch) or []
+    if not values:
         return "-"
-    return f"{lat:.2f} ms ±{sp:.0%}" + (" !" if sp > UNSTABLE_SPREAD else "")
+    sp = spread(values)
+    return f"{statistics.median(values):.2f} ms ±{sp:.0%}" + (" !" if sp > UNSTABLE_SPREAD else "")
 
 
-def ratio(num: VariantResult, den: VariantResult, batch: int) -> tuple[float, float] | None:
+def ratio(times: Rounds, num: str, den: str, batch: int) -> tuple[float, float] | None:
     """Median and spread of the per-round latency ratios ``num / den``."""
-    a = (num.rounds.get(batch) or {}).get("latency_ms") or []
-    b = (den.rounds.get(batch) or {}).get("latency_ms") or []
+    a = times.get(num, {}).get(batch) or []
+    b = times.get(den, {}).get(batch) or []
     if not a or len(a) != len(b):
         return None
     values = [x / y for x, y in zip(a, b)]
@@ -182,14 +217,22 @@ def fidelity(engines: dict[str, Any], size: int, threads: int) -> dict[str, floa
             if n != "fp32"}
 
 
-def _verdict(res: dict[str, VariantResult], batch: int) -> str:
-    vs_ptq = ratio(res["int8"], res["ort-ptq"], batch)
-    vs_fp32 = ratio(res["fp32"], res["int8"], batch)
-    ptq_fast = ratio(res["fp32"], res["ort-ptq"], batch)
+def _verdict(times: Rounds, batch: int) -> str:
+    vs_ptq = ratio(times, "int8", "ort-ptq", batch)
+    vs_fp32 = ratio(times, "fp32", "int8", batch)
+    ptq_fast = ratio(times, "fp32", "ort-ptq", batch)
     if vs_ptq is None or vs_fp32 is None or ptq_fast is None:
         return "-"
     ok = vs_ptq[0] <= TARGET_VS_PTQ and (ptq_fast[0] <= 1.0 or vs_fp32[0] > 1.0)
     return "PASS" if ok else "MISS"
+
+
+def _line(times: Rounds, names: list[str], b: int) -> str:
+    return ("  ".join(f"{n} {_figure(times, n, b)}" for n in names)
+            + f"  | int8/ort-ptq {_ratio_text(ratio(times, 'int8', 'ort-ptq', b))}"
+            f"  fp32/int8 {_ratio_text(ratio(times, 'fp32', 'int8', b))}"
+            f"  fp32/ort-ptq {_ratio_text(ratio(times, 'fp32', 'ort-ptq', b))}"
+            f"  {_verdict(times, b)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,14 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     names = ["int8", "ort-ptq"] + (["int8 unguarded"] if args.unguarded else []) + ["fp32"]
-    rows: list[tuple[ZooResult, dict[str, VariantResult], dict[str, Any]]] = []
+    rows: list[tuple[ZooResult, Rounds, dict[str, Any]]] = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         size = args.size or USUAL_SIZE
         print(f"{name} at {size} px: calibrate, export, lint, engines ...", flush=True)
         model = quantized_model(name)
         result = run_ptq(name, size, out, model=model, calib_batches=CALIB_BATCHES,
                          batch=CALIB_BATCH, engine_threads=args.threads)
-        res = {n: VariantResult(name, n) for n in names}
+        times: Rounds = {}
         extra: dict[str, Any] = {}
         if result.status == "ok":
             try:
@@ -220,10 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extra["nodes"] = {n: e.header.get("compute_nodes") for n, e in engines.items()}
                 feeds = {b: {"input": synthetic_batches(1, b, size, 9)[0].numpy()}
                          for b in args.batch_sizes}
-                time_interleaved([Timed(res[n], engines[n], {"threads": args.threads}, feeds)
-                                  for n in names], args.batch_sizes, args.duration,
-                                 args.warmup, rounds=args.rounds, echo=lambda _: None)
-        rows.append((result, res, extra))
+                times = time_rounds(engines, feeds, args.threads, args.rounds, args.duration,
+                                    args.warmup)
+        rows.append((result, times, extra))
         print(format_results([result]), flush=True)
         if "cos_vs_fp32" in extra:
             agree = extra["agreement"]
@@ -231,17 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"its ONNX: top-1 {agree.get('top1_agreement', float('nan')):.0%}, centered "
                   f"cosine {agree.get('mean_centered_cosine', float('nan')):.4f}", flush=True)
         for b in args.batch_sizes:
-            print(f"  batch {b:>3}: " + "  ".join(f"{n} {_figure(res[n], b)}" for n in names)
-                  + f"  | int8/ort-ptq {_ratio_text(ratio(res['int8'], res['ort-ptq'], b))}"
-                  f"  fp32/int8 {_ratio_text(ratio(res['fp32'], res['int8'], b))}"
-                  f"  fp32/ort-ptq {_ratio_text(ratio(res['fp32'], res['ort-ptq'], b))}"
-                  f"  {_verdict(res, b)}", flush=True)
+            print(f"  batch {b:>3}: {_line(times, names, b)}", flush=True)
     md = _table(rows, names, args)
     (out / "results.md").write_text("\n".join(md) + "\n")
     (out / "results.json").write_text(json.dumps(
         {"settings": vars(args), "models": [
-            r.to_json() | extra | {n: v.to_json() for n, v in res.items()}
-            for r, res, extra in rows]}, indent=2, default=str))
+            r.to_json() | extra | {"compute_ms_per_round": times}
+            for r, times, extra in rows]}, indent=2, default=str))
     print("\n".join(md))
     return 1 if any(r.status != "ok" for r, _, _ in rows) else 0
 
@@ -249,19 +287,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _table(rows, names: list[str], args) -> list[str]:
     md = ["| model | batch | " + " | ".join(names) + " | INT8 / ORT PTQ | FP32 / INT8 | "
           "FP32 / ORT PTQ | target | cos vs FP32 |", "|---|---:|" + "---:|" * (len(names) + 5)]
-    for r, res, extra in rows:
+    for r, times, extra in rows:
         cos = extra.get("cos_vs_fp32") or {}
         cos_text = " / ".join(f"{cos[n]:.4f}" for n in names if n in cos)
         if r.status != "ok":
             md.append(f"| {r.name} | - | failed ({r.stage}): {r.error} |" + " |" * (len(names) + 4))
             continue
         for b in args.batch_sizes:
-            md.append(f"| {r.name} | {b} | " + " | ".join(_figure(res[n], b) for n in names)
-                      + f" | {_ratio_text(ratio(res['int8'], res['ort-ptq'], b))}"
-                      f" | {_ratio_text(ratio(res['fp32'], res['int8'], b))}"
-                      f" | {_ratio_text(ratio(res['fp32'], res['ort-ptq'], b))}"
-                      f" | {_verdict(res, b)} | {cos_text} |")
-    md += ["", f"ORT CPU, {args.threads} thread(s), {args.size or USUAL_SIZE} px; median over "
+            md.append(f"| {r.name} | {b} | "
+                      + " | ".join(_figure(times, n, b) for n in names)
+                      + f" | {_ratio_text(ratio(times, 'int8', 'ort-ptq', b))}"
+                      f" | {_ratio_text(ratio(times, 'fp32', 'int8', b))}"
+                      f" | {_ratio_text(ratio(times, 'fp32', 'ort-ptq', b))}"
+                      f" | {_verdict(times, b)} | {cos_text} |")
+    md += ["", f"ORT CPU compute time, {args.threads} thread(s), {args.size or USUAL_SIZE} px; median over "
            f"{args.rounds} interleaved rounds ±(max - min) / median; ! = spread > "
            f"{UNSTABLE_SPREAD:.0%}; ratios: median of the per-round ratios ± their spread. "
            "Random weights, BatchNorm settled and max calibration on synthetic images; "

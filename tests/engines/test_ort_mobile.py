@@ -6,6 +6,7 @@ the re-encoding, and that its outputs stay as close to the float model as the Q/
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from trtqat.engines.ort_qdq import (
@@ -14,6 +15,8 @@ from trtqat.engines.ort_qdq import (
     optimized_model,
     reencode_for_cpu,
 )
+from trtqat.engines.ort_qdq_graph import Graph
+from trtqat.engines.ort_u8s8 import exact_weights, u8s8_saturates
 
 from .qdq_nets import QDQNet, feeds, make
 
@@ -85,27 +88,43 @@ def resize_and_pools(net: QDQNet, x: str) -> str:
     return net.head(net.conv(b, 8, 8), 8)
 
 
-def _reencode(body):
+def _as_exact_kernels_compute(model, u8s8_exact: bool | None):
+    """``model`` as a CPU with exact u8s8 kernels (VNNI) computes it: asked to trust the
+    kernels on a CPU whose kernels saturate, store the int8 weights as uint8 + 128 (the same
+    integers, run on the exact u8u8 kernel)."""
+    if u8s8_exact is not True or not u8s8_saturates():
+        return model
+    g = Graph(onnx.load_from_string(model.SerializeToString()))
+    exact_weights(g)
+    return g.model
+
+
+def _reencode(body, u8s8_exact: bool | None = None):
     float_model, qdq_model = make(body)
-    new, report = reencode_for_cpu(qdq_model, feeds(), threads=1, min_top1=0.9)
+    new, report = reencode_for_cpu(qdq_model, feeds(), threads=1,
+                                   min_top1=0.9 if u8s8_exact is not True else 0.0,
+                                   u8s8_exact=u8s8_exact)
     before = count_compute_nodes(optimized_model(qdq_model, 1))
     feed = feeds(n=1, batch=32, seed=5)[0]  # not the calibration inputs
     want = cpu_session(float_model, 1).run(None, feed)[0]
     qdq = cpu_session(qdq_model, 1, "basic").run(None, feed)[0]
-    got = cpu_session(new, 1).run(None, feed)[0]
+    got = cpu_session(_as_exact_kernels_compute(new, u8s8_exact), 1).run(None, feed)[0]
     # the re-encoding stays about as close to the float model as the Q/DQ model itself
     assert np.abs(got - want).max() <= 1.5 * np.abs(qdq - want).max() + 0.01 * np.abs(want).max()
     assert (got.argmax(1) == want.argmax(1)).mean() >= 0.9
     return before, report["compute_nodes"]["after"], report
 
 
-def test_relu6_depthwise_and_residual_run_integer():
-    before, after, report = _reencode(mobilenet_v2)
+@pytest.mark.parametrize("u8s8_exact, absorbed", [
+    (True, "into_uint8_quantizer"),  # VNNI: Q(uint8, 6/255) clips at 6, ORT fuses it
+    (False, "integer_clip")])  # u8s8 saturates: Q(uint8, s) then a uint8 Clip at 127 steps
+def test_relu6_depthwise_and_residual_run_integer(u8s8_exact, absorbed):
+    before, after, report = _reencode(mobilenet_v2, u8s8_exact)
     assert before["float"].get("FusedConv", 0) + before["float"].get("Conv", 0) >= 5
     assert after["integer"]["QLinearConv"] == 7
     assert after["integer"]["QLinearAdd"] == 1 and after["integer"]["QGemm"] == 1
     assert after["float_total"] == 0 and after["quantize_dequantize"] == 1  # the input's Q
-    assert report["passes"]["clips_absorbed"] == {"into_uint8_quantizer": 5}
+    assert report["passes"]["clips_absorbed"] == {absorbed: 5}
 
 
 def test_hardswish_and_squeeze_excite():
@@ -149,22 +168,29 @@ def _relu6_pair(gain: float):
     return body
 
 
-@pytest.mark.parametrize("gain, absorbed, first_weights", [
-    (1.0, "into_uint8_quantizer", "uint8"),  # ReLU6 reaches 6: uint8 grid of 6/255
-    (0.1, "to_relu", "int8")])  # 255 steps stay below 6: a Relu, 7-bit values
-def test_relu6_quantizer_and_the_u8s8_guard(gain, absorbed, first_weights):
-    """A ReLU6 output quantized on a uint8 grid reaching 6 can exceed 127 steps: on CPUs
-    whose u8s8 kernels saturate, the dense conv reading it gets uint8 weights."""
-    float_model, qdq_model = make(_relu6_pair(gain))
+@pytest.mark.parametrize("u8s8_exact, gain, absorbed", [
+    (True, 1.0, "into_uint8_quantizer"),  # ReLU6 reaches 6: a uint8 grid of 6/255
+    (True, 0.1, "to_relu"),  # 255 steps stay below 6: a Relu ORT drops
+    (False, 1.0, "integer_clip"),  # saturating u8s8: exact, at most 127 steps
+    (False, 0.1, "integer_clip")])
+def test_relu6_quantizer_choice(u8s8_exact, gain, absorbed):
+    """On CPUs whose u8s8 kernels saturate, a ReLU6 keeps its calibrated scale and a uint8
+    Clip (exact, 7-bit), so the dense conv reading it keeps int8 weights; elsewhere the Clip
+    goes into the uint8 quantizer."""
+    _, qdq_model = make(_relu6_pair(gain))
     new, report = reencode_for_cpu(qdq_model, feeds(), threads=1, min_top1=0.9,
-                                   u8s8_exact=False)
+                                   u8s8_exact=u8s8_exact)
     assert report["passes"]["clips_absorbed"] == {absorbed: 2}
     assert report["compute_nodes"]["after"]["float_total"] == 0
     inits = {t.name: t.data_type for t in new.graph.initializer}
-    convs = [n for n in new.graph.node if n.op_type == "Conv"]
     producer = {o: n for n in new.graph.node for o in n.output}
-    second = producer[convs[1].input[1]]  # the 1x1 conv's weight DQ
-    assert inits[second.input[0]] == {"uint8": 2, "int8": 3}[first_weights]
+    second = producer[[n for n in new.graph.node if n.op_type == "Conv"][1].input[1]]
+    assert inits[second.input[0]] == 3  # int8 weights on the 1x1 conv: no u8u8 kernel
+    if absorbed == "integer_clip":  # the same integers as the Q/DQ model, up to float rounding
+        feed = feeds(n=1, seed=4)[0]
+        want = cpu_session(qdq_model, 1, "basic").run(None, feed)[0]
+        got = cpu_session(new, 1).run(None, feed)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_without_calibration_inputs_every_unit_gets_a_scale():

@@ -34,7 +34,7 @@ DATA_OPS = frozenset({
     "Tile", "Pad", "ConstantOfShape", "Range",
 })
 # Ops whose kernel follows its input type (integer on uint8/int8 tensors).
-TYPED_OPS = frozenset({"MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Relu", "Resize"})
+TYPED_OPS = frozenset({"MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Relu", "Resize", "Clip"})
 _INT_TYPES = {onnx.TensorProto.UINT8, onnx.TensorProto.INT8}
 
 

@@ -174,8 +174,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     if "output_quantizers" in run:
         ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
         passes["output_quantizers_added"] = complete_units(g, ranges, unify)
+    saturates = u8s8_saturates() if u8s8_exact is None else not u8s8_exact
     if "absorb_clips" in run:
-        passes["clips_absorbed"] = absorb_clips(g)
+        passes["clips_absorbed"] = absorb_clips(g, integer=saturates)
     seven_bit: set[str] = set()
     if "reencode_uint8" in run:
         int8_qs = _int8_activation_qs(g)
@@ -186,7 +187,6 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
     if matmul_graph and "fuse_matmul_epilogues" in run:
         passes["matmul_epilogues"] = fuse_matmul_epilogues(g)
-    saturates = u8s8_saturates() if u8s8_exact is None else not u8s8_exact
     report["cpu"] = dict(cpu_int8_info(), u8s8_saturates=saturates)
     if saturates:  # not a pass a family chooses: the integer kernels here need it
         g.reindex()

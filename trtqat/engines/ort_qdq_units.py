@@ -313,10 +313,35 @@ def complete_units(g: Graph, ranges: RangeFn | None, unify: bool = True) -> dict
     return dict(counts)
 
 
-def absorb_clips(g: Graph) -> dict[str, int]:
+def _integer_clip(g: Graph, clip: onnx.NodeProto, qs: list[onnx.NodeProto], scale: float,
+                  high: float) -> None:
+    """Float ``Clip(0, H) -> Q(s)`` -> ``Q(uint8, s) -> Clip(0, min(127, round(H / s)))`` on
+    uint8: the same integers as the reference (rounding is monotonic), at most 127 steps."""
+    top = int(min(127, np.floor(high / scale + 0.5)))
+    for q in qs:
+        _set_params(g, q, scale, np.uint8)
+    g.replace_uses(clip.output[0], clip.input[0])
+    g.graph.node.remove(clip)
+    g.reindex()
+    first = g.consumers[clip.input[0]]
+    q = next(n for n in first if n.op_type == "QuantizeLinear")
+    clipped = g.fresh(f"{q.output[0]}_clip")
+    readers = list(g.consumers.get(q.output[0], []))
+    g.graph.node.append(helper.make_node(
+        "Clip", [q.output[0], g.scalar(0, np.uint8), g.scalar(top, np.uint8)], [clipped],
+        name=g.fresh("IntegerClip")))
+    for reader in readers:
+        for k, i in enumerate(reader.input):
+            if i == q.output[0]:
+                reader.input[k] = clipped
+    g.reindex()
+
+
+def absorb_clips(g: Graph, integer: bool = False) -> dict[str, int]:
     """``Clip(0, H) -> Q`` for ORT's fusion (module docstring): a Relu where 255 steps of the
     Q's scale stay below H, else no Clip and uint8 Qs of scale H / 255 on its output and on
-    the tensors moved from it."""
+    the tensors moved from it. ``integer`` (for CPUs whose u8s8 kernels saturate): the Q
+    keeps its scale and a uint8 Clip after it keeps the values exact and within 127 steps."""
     u = Units(g)
     find = u.groups()
     counts: Counter[str] = Counter()
@@ -333,6 +358,12 @@ def absorb_clips(g: Graph) -> dict[str, int]:
         if any(p is None or int(p[1].reshape(())) != 0 for p in params):
             continue
         high = bounds[1]
+        if integer and len(readers) == 1 and len({p[0] for p in params}) == 1:
+            _integer_clip(g, clip, qs, params[0][0], high)
+            u = Units(g)
+            find = u.groups()
+            counts["integer_clip"] += 1
+            continue
         if all(p[1].dtype == np.int8 and 255 * p[0] <= high * (1 + 1e-6) for p in params):
             clip.op_type = "Relu"  # never reached by the uint8 range: ORT drops the Relu
             del clip.input[1:]

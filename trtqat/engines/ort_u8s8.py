@@ -123,10 +123,15 @@ def _is_depthwise(conv: onnx.NodeProto, w: np.ndarray) -> bool:
 
 
 def _activation_q(g: Graph, name: str) -> str | None:
-    """The QuantizeLinear output behind an activation DQ ``name``."""
+    """The QuantizeLinear output behind an activation DQ ``name`` (its 7-bit clip marked)."""
     dq = g.producer.get(name)
     if dq is None or dq.op_type != "DequantizeLinear" or g.is_const(dq.input[0]):
         return None
+    clip = g.producer.get(dq.input[0])
+    if clip is not None and clip.op_type == "Clip" and len(clip.input) > 2:
+        low, high = g.const(clip.input[1]), g.const(clip.input[2])
+        if low is not None and high is not None and high.dtype == np.uint8 and int(high) <= 127:
+            return SEVEN_BIT_CLIP  # a uint8 Clip at 127 steps at most
     return dq.input[0]
 
 
@@ -163,6 +168,9 @@ def _explicit(g: Graph, node: onnx.NodeProto, seven_bit: set[str], counts: Count
     counts[node.op_type] += 1
 
 
+SEVEN_BIT_CLIP = "<uint8 Clip at most 127>"
+
+
 def exact_weights(g: Graph, seven_bit: set[str] = frozenset()) -> dict[str, int]:
     """Re-store int8 weights as uint8 (zero-point + 128, exact) where ORT's u8s8 kernel could
     saturate: ``DQ(weight) -> Conv`` (not depthwise), MatMul and Gemm, and the integer ops
@@ -182,7 +190,8 @@ def exact_weights(g: Graph, seven_bit: set[str] = frozenset()) -> dict[str, int]
         if node.op_type == "Conv" and _is_depthwise(node, g.const(dq.input[0])):
             counts["kept_int8_depthwise"] += 1
             continue
-        if _activation_q(g, node.input[0]) in seven_bit:
+        source = _activation_q(g, node.input[0])
+        if source in seven_bit or source == SEVEN_BIT_CLIP:
             counts["kept_int8_7bit_input"] += 1
             continue
         zp = dq.input[2] if len(dq.input) > 2 and dq.input[2] else None
