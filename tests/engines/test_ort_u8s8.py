@@ -174,3 +174,30 @@ def test_engine_header_says_what_the_cpu_does(tmp_path, monkeypatch, mode):
     engine = build_engine(path, "ort", threads=1, ort_prepare="none")
     saved = load_engine(engine.save(tmp_path / "net.engine"))
     assert saved.header["cpu_int8"]["u8s8_saturates"] is (mode == "saturates")
+
+
+def test_guard_rewrites_explicit_integer_ops():
+    """QOperator-format models (QLinearConv with int8 weights) get uint8 weights too."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (1, 16, 6, 6)).astype(np.uint8)
+    w = np.where(rng.random((8, 16, 3, 3)) < 0.8, 127, -127).astype(np.int8)
+    inits = [numpy_helper.from_array(v, n) for v, n in [
+        (w, "w"), (np.uint8(128), "xz"), (np.int8(0), "wz"), (np.float32(1), "xs"),
+        (np.float32(1), "ws"), (np.float32(4000), "ys"), (np.uint8(128), "yz")]]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
+                            pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "qlinear", [helper.make_tensor_value_info(
+        "x", TensorProto.UINT8, x.shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.UINT8, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    guarded, info = guard_model(model, saturates=True)
+    assert info["uint8_weights"] == {"QLinearConv": 1}
+    acc = np.zeros((1, 8, 6, 6))
+    padded = np.pad(x.astype(np.float64) - 128, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for i in range(6):
+        for j in range(6):
+            acc[0, :, i, j] = np.tensordot(w.astype(np.float64), padded[0, :, i:i + 3, j:j + 3],
+                                           axes=([1, 2, 3], [0, 1, 2]))
+    want = np.clip(np.rint(acc / 4000) + 128, 0, 255)
+    got = cpu_session(guarded, 1).run(None, {"x": x})[0]
+    assert np.abs(got.astype(int) - want).max() <= 1  # the same integers, up to rounding ties

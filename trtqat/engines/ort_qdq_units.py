@@ -20,7 +20,10 @@ fuses; :func:`complete_units` gives our graph the same shape:
 uint8 with zero-point 0 and a scale whose 255 steps reach H at most, which clips exactly
 where the Clip did (ORT drops it); when 255 steps of the calibrated scale already fit
 below H the Clip is a Relu for ORT. Both change the output only beyond the calibrated
-range or by the finer rounding of the uint8 grid (checked by the agreement check).
+range or by the finer rounding of the uint8 grid (checked by the agreement check). On CPUs
+whose u8s8 kernels saturate (:mod:`trtqat.engines.ort_u8s8`) the Q keeps its scale and a
+uint8 ``Clip`` after it stops at 127 steps: the Q/DQ model's integers exactly, and values
+the next dense conv can multiply by int8 weights without saturating.
 """
 
 from __future__ import annotations
