@@ -289,6 +289,12 @@ def run(args: argparse.Namespace) -> int:
         verb, source = "loaded", args.loadEngine
     _say(f"Engine {verb} in {time.perf_counter() - start:.3f} s from {source} "
          f"({backend} {engine.header.get('backend_version')})")
+    if verb == "loaded":  # build_engine warns itself
+        from trtqat.engines.ort_nodes import mostly_float_note
+
+        note = mostly_float_note(engine.header)
+        if note:
+            logging.getLogger("trtqat.exec").warning(note)
     # check the run shapes and input files before writing anything
     feed = None if args.skipInference else make_feed(args, engine)
     if args.saveEngine:

@@ -212,7 +212,15 @@ class OrtBuilder(Builder):
             log.warning(note)
         if options.timing_cache and "tensorrt" not in options.providers:
             log.info("--timingCacheFile is ignored by the ort backend")
+        from trtqat.engines.ort_nodes import is_qdq_model, node_summary
+
+        qdq_source = is_qdq_model(model)
         model = prepare_model(model, options)
+        cpu_int8: dict[str, Any] = {}
+        if tuple(options.providers) == ("cpu",):
+            from trtqat.engines.ort_u8s8 import guard_model
+
+            model, cpu_int8 = guard_model(model, None if options.u8s8_guard else False)
         providers = _providers(ort, options)
         so = _session_options(ort, options)
         compiled = any(p in _COMPILING_PROVIDERS for p in options.providers)
@@ -227,7 +235,9 @@ class OrtBuilder(Builder):
         header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__)
         header.update(providers=[name for name, _ in providers], optimized=not compiled,
                       prepare=options.ort_prepare, machine=platform.machine(),
-                      disabled_optimizers=disabled)
+                      disabled_optimizers=disabled, cpu_int8=cpu_int8)
+        if not compiled:
+            header["compute_nodes"] = node_summary(onnx.load_from_string(payload), qdq_source)
         return OrtEngine(payload, header)
 
 

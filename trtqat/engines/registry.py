@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -237,6 +238,11 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
             option_kwargs[key] = parse_shapes(option_kwargs[key], key)
     engine = builder_class(backend or default_backend())(options, **option_kwargs).build(
         onnx_path)
+    from trtqat.engines.ort_nodes import mostly_float_note
+
+    note = mostly_float_note(engine.header)
+    if note:
+        logging.getLogger("trtqat.build").warning(note)
     if out is not None:
         engine.save(out)
     return engine
