@@ -9,7 +9,9 @@ from trtqat.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
-# pytorch-quantization's package also exposes initialize / deactivate at the top level.
+# pytorch-quantization's package also exposes initialize / deactivate at the top level, and
+# its subpackages (calib, nn, tensor_quant, utils, ...) as attributes once imported: here they
+# import on first access.
 __all__ = ["QuantConfig", "QuantDescriptor", "QuantModuleReplacementHelper", "TrtqatError",
            "__version__", "collect_stats", "compute_amax", "deactivate", "enable_onnx_export",
            "initialize", "quantize"]
@@ -20,4 +22,4 @@ __getattr__, __dir__ = lazy_attributes(__name__, {
     "collect_stats": "trtqat.quant.model_ops", "compute_amax": "trtqat.quant.model_ops",
     "quantize": "trtqat.quant.model_ops", "QuantModuleReplacementHelper": _QM,
     "deactivate": _QM, "enable_onnx_export": _QM, "initialize": _QM,
-}, submodules=("quant",))
+}, submodules=("calib", "nn", "optim", "quant", "quant_modules", "tensor_quant", "utils"))
