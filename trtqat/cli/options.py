@@ -186,11 +186,15 @@ def add_backend(g: Group, default: str | None, help: str | None = None) -> None:
     g.add_argument("--backend", default=default, help=help or backends_help(""))
 
 
+BARE_THREADS = -1  # --threads given without N (trtexec's multithreading switch)
+
+
 def add_threads(g: Group, help: str = "ONNX Runtime intra-op threads",
                 bare: bool = False) -> None:
-    """``--threads N`` (``bare``: also accepted without N, as trtexec's switch: None)."""
+    """``--threads N`` (``bare``: also accepted without N, as trtexec's switch:
+    :data:`BARE_THREADS`, which the command warns about and drops)."""
     g.add_argument("--threads", type=non_negative_int, default=None, metavar="N", help=help,
-                   **({"nargs": "?", "const": None} if bare else {}))
+                   **({"nargs": "?", "const": BARE_THREADS} if bare else {}))
 
 
 # --------------------------------------------------------------------------- engines, reports
