@@ -178,3 +178,50 @@ def write_json(path: str | os.PathLike[str], data: Any, **dumps: Any) -> Path:
                                  "express; nothing written (the values come from a model or "
                                  "input that is not finite)") from None
     return write_atomic(path, lambda f: f.write(text.encode()))
+
+
+# ------------------------------------------------------------------ outputs that are ours
+class ForeignFileError(TrtqatError, ValueError):
+    """An output path holds a file that is not an earlier output of the same kind."""
+
+
+def refuse_foreign(path: str | os.PathLike[str], is_ours: Callable[[Path], bool], kind: str,
+                   flag: str) -> None:
+    """Raise :class:`ForeignFileError` when ``path`` exists and is not ``kind`` (an earlier
+    output that ``is_ours`` recognises by its content): trtqat replaces only its own files."""
+    path = Path(path)
+    if path.exists() and not (path.is_file() and is_ours(path)):
+        raise ForeignFileError(f"{path} exists and is not {kind}: trtqat does not overwrite "
+                               f"other files; move it away or choose another {flag}")
+
+
+def json_with_keys(*keys: str, limit: int = 256 << 20) -> Callable[[Path], bool]:
+    """A recogniser of JSON files holding an object with all of ``keys``."""
+
+    def check(path: Path) -> bool:
+        try:
+            if path.stat().st_size > limit:
+                return False
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and all(k in data for k in keys)
+
+    return check
+
+
+def starts_with(*magics: bytes) -> Callable[[Path], bool]:
+    """A recogniser of files that begin with one of ``magics``."""
+
+    def check(path: Path) -> bool:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(max(map(len, magics)))
+        except OSError:
+            return False
+        return any(head.startswith(m) for m in magics)
+
+    return check
+
+
+PNG = starts_with(b"\x89PNG\r\n\x1a\n")

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import trtqat
 from trtqat import nn as quant_nn
 from trtqat.errors import QuantizerStateError
 from trtqat.export import ExportError
@@ -70,6 +71,16 @@ def test_plain_export_of_an_uncalibrated_model_warns_and_works(tmp_path, dynamo)
     with pytest.raises(QuantizerStateError, match=r"quantizer '0\._input_quantizer': has no "
                                                   "amax"), export_mode.enabled():
         model(x)
+
+
+def test_enable_onnx_export_of_an_uncalibrated_model_warns_and_works(tmp_path):
+    model, x = _model(calibrated=False), torch.randn(1, 3, 8, 8)
+    path = tmp_path / "m.onnx"
+    with trtqat.enable_onnx_export(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=13)
+    assert any("has no amax (never calibrated)" in str(w.message) for w in caught)
+    assert [n.op_type for n in onnx.load(str(path)).graph.node].count("QuantizeLinear") == 2
 
 
 def test_uncalibrated_activation_quantizers_are_refused_in_one_line():

@@ -10,6 +10,7 @@ with a ``[W]`` line too.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 from trtqat.cli.options import BARE_THREADS
@@ -56,8 +57,9 @@ def apply_trtexec_aliases(args: argparse.Namespace) -> list[str]:
     from trtqat.engines.errors import OptionsError
 
     if args.workspace is not None:
-        if not args.workspace > 0:
-            raise OptionsError(f"--workspace must be > 0 MiB, got {args.workspace:g}")
+        if not (math.isfinite(args.workspace) and args.workspace > 0):
+            raise OptionsError(f"--workspace must be a finite number > 0 (MiB), got "
+                               f"{args.workspace:g}")
         pools = [args.memPoolSize] if args.memPoolSize else []
         args.memPoolSize = ",".join(pools + [f"workspace:{args.workspace:g}"])
     if args.streams is not None:

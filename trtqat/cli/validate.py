@@ -106,6 +106,25 @@ def finite_float(ge: float | None = None, gt: float | None = None, le: float | N
 probability = finite_float(ge=0.0, le=1.0, unit="a fraction")
 
 
+def finite_float_list(gt: float | None = None, example: str = "0.485,0.456,0.406"
+                      ) -> Callable[[str], tuple[float, ...]]:
+    """A validator of comma-separated finite floats (each ``> gt`` when given)."""
+    expected = ("comma-separated finite numbers" + (f" > {gt:g}" if gt is not None else "")
+                + f", e.g. {example}")
+
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(t) for t in text.split(",") if t.strip())
+        except ValueError:
+            _fail(expected, text)
+        if not values or not all(math.isfinite(v) and (gt is None or v > gt) for v in values):
+            _fail(expected, text)
+        return values
+
+    parse.__name__ = "float list"
+    return parse
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``1,32`` -> (1, 32): comma-separated integers >= 1."""
     try:
@@ -270,6 +289,10 @@ def check_engine_outputs(args: argparse.Namespace, outputs: Iterable[tuple[str, 
 
     inputs = [(f"--{name}", getattr(args, name, None))
               for name in ("onnx", "loadEngine", "calibInputs", "timingCacheFile")]
+    cache = getattr(args, "timingCacheFile", None)
+    if cache:  # read and then rewritten by TensorRT: it may be no other input
+        check_output_file(cache, "--timingCacheFile", inputs[:3], lambda _: True,
+                          "a timing cache")
     seen: dict[Path, str] = {}
     for flag, attr in outputs:
         value = getattr(args, attr, None)

@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from trtqat.compare.data import EvalData, feed_for
-from trtqat.compare.report import VariantResult, build_report, format_table, write_report
+from trtqat.compare.report import (
+    VariantResult,
+    build_report,
+    format_table,
+    refuse_foreign_reports,
+    write_report,
+)
 from trtqat.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.compare.variants import CompareError, Variant, discover, explicit
 from trtqat.engines.registry import DEFAULT_BACKEND, backend_info
@@ -225,6 +231,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> dict[str
 
     backend = canonical_backend(cfg.backend)
     _require_backend(backend)
+    refuse_foreign_reports(cfg.out)
     cfg.backend = backend
     if cfg.run:
         variants, settings = discover(cfg.run)

@@ -94,6 +94,15 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
         Path(tmp).unlink(missing_ok=True)
     return result
 
+def is_onnx_model(path: Path) -> bool:
+    """``path`` parses as an ONNX model with graph nodes (an earlier export to replace)."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # any parse failure: not an ONNX model
+        return False
+    return model.ir_version > 0 and len(model.graph.node) > 0
+
+
 def check_writable(folder: str | os.PathLike) -> Path:
     """Create ``folder`` if needed and prove a file can be written there."""
     folder = Path(folder)

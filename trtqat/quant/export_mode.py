@@ -1,11 +1,11 @@
 """Export mode: quantizers emit torch's fake-quantize ops, which ONNX exporters turn into
 QuantizeLinear/DequantizeLinear with constant scales and zero-points.
 
-Three ways in: :func:`enabled` (trtqat's own export, which refuses uncalibrated activation
-quantizers), ``TensorQuantizer.use_fb_fake_quant = True`` and any ``torch.onnx.export``. The
-last two are pytorch-quantization's idioms: there an uncalibrated quantizer warns and exports
-the range of the traced input, as pytorch-quantization does (programs export before
-calibrating to find graph rules). Under the TorchScript exporter (``dynamo=False``) scales and
+Four ways in: :func:`enabled` (trtqat's own export, which refuses uncalibrated activation
+quantizers), and pytorch-quantization's idioms: ``quant_modules.enable_onnx_export()``,
+``TensorQuantizer.use_fb_fake_quant = True`` and any ``torch.onnx.export``. With those an
+uncalibrated quantizer warns and exports the range of the traced input, as
+pytorch-quantization does (programs export before calibrating to find graph rules). Under the TorchScript exporter (``dynamo=False``) scales and
 zero-points are traced as constants (a Python float per tensor), so opsets 10-12 export too.
 """
 
@@ -36,14 +36,24 @@ def active() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
+def strict() -> bool:
+    """True inside ``enabled(strict=True)`` (trtqat's own export)."""
+    return getattr(_state, "strict", 0) > 0
+
+
 @contextlib.contextmanager
-def enabled() -> Iterator[None]:
-    """Within this block, TensorQuantizers use ONNX-exportable fake-quantize ops."""
+def enabled(strict: bool = True) -> Iterator[None]:
+    """Within this block, TensorQuantizers use ONNX-exportable fake-quantize ops.
+
+    ``strict`` (trtqat's export) refuses a quantizer without amax; otherwise (pytorch-
+    quantization's ``enable_onnx_export``) it warns and exports the example's range."""
     _state.depth = getattr(_state, "depth", 0) + 1
+    _state.strict = getattr(_state, "strict", 0) + int(strict)
     try:
         yield
     finally:
         _state.depth -= 1
+        _state.strict -= int(strict)
 
 
 # Integer ranges an ONNX QuantizeLinear can saturate to (int8 and uint8).
@@ -71,7 +81,7 @@ def quantize_for_export(quantizer: Any, x: torch.Tensor, amax: torch.Tensor, qmi
                         qmax: int) -> torch.Tensor:
     """A TensorQuantizer's forward while exporting (``amax``: the range it quantizes with)."""
     if quantizer._amax is None and "clip" not in quantizer._modules:
-        if active():
+        if strict():
             raise QuantizerStateError(
                 f"{quantizer._label()}: has no amax (it was never calibrated), so it would "
                 "bake one batch's range into the ONNX file; calibrate or load amax first")

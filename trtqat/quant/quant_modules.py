@@ -137,5 +137,5 @@ def enable_onnx_export() -> Iterator[None]:
     """Within this block quantizers emit ONNX-exportable fake-quantize ops (Q/DQ)."""
     from trtqat.quant import export_mode
 
-    with export_mode.enabled():
+    with export_mode.enabled(strict=False):  # pytorch-quantization's: uncalibrated warns
         yield

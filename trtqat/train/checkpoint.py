@@ -60,11 +60,20 @@ def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
         publish(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError) or isinstance(exc.__cause__, OSError):
-            raise write_failed(path, exc if isinstance(exc, OSError) else exc.__cause__,
-                               "no checkpoint written") from None
+        cause = _os_error(exc)  # torch's zip writer may wrap the OSError in a RuntimeError
+        if cause is not None:
+            raise write_failed(path, cause, "no checkpoint written") from None
         raise
     return path
+
+
+def _os_error(exc: BaseException | None) -> OSError | None:
+    """The OSError ``exc`` is or was raised from (its cause or context chain), if any."""
+    for _ in range(8):
+        if exc is None or isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:

@@ -24,6 +24,7 @@ from trtqat.train.data_sources import (  # noqa: F401  (IMAGENET_* re-exported f
     IMAGENET_MEAN,
     IMAGENET_STD,
     Preprocess,
+    check_image_memory,
     hw,
     make_preprocess,
 )
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 BUILTIN = ("digits", "synthetic")
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0  # the digits split is fixed, whatever --seed says
+DIGITS_IMAGES = 1797  # scikit-learn's digits, all held in memory at the chosen size
 SYNTHETIC_SIZES = (1024, 256)  # train, val
 
 
@@ -241,6 +243,7 @@ def make_datasets(data: str = "digits", image_size: int | tuple[int, int] = 32, 
     if min(hw(image_size)) < 8:
         raise DataError(f"--image-size must be >= 8, got {image_size}")
     if data == "digits":
+        check_image_memory(image_size, prep.channels, DIGITS_IMAGES, "the digits images")
         return _digits(hw(image_size), prep.channels, augment)
     if data == "synthetic":
         return _synthetic(hw(image_size), prep.channels, num_classes or 10, seed)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from trtqat.arrays import is_array_spec, load_array
+from trtqat.arrays import check_memory, is_array_spec, load_array
 from trtqat.errors import TrtqatError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -64,6 +64,14 @@ def size_text(size: int | Sequence[int]) -> str:
     return f"{h}x{w}"
 
 
+def check_image_memory(size: int | Sequence[int], channels: int = 3, count: int = 1,
+                       what: str = "one image", flag: str = "--image-size") -> None:
+    """Refuse an image size whose ``count`` float32 images would not fit in memory."""
+    h, w = hw(size)
+    check_memory((count, channels, h, w), f"{flag} {size_text(size)}", what,
+                 f"use a smaller {flag}")
+
+
 def _floats(text: str | Sequence[float] | None, flag: str) -> tuple[float, ...] | None:
     if text is None:
         return None
@@ -105,10 +113,18 @@ class Preprocess:
             if len(values) not in (1, self.channels):
                 raise DataSourceError(f"--{name} has {len(values)} values for "
                                       f"{self.channels} channel(s): give 1 or {self.channels}")
+        for name in ("mean", "std"):
+            if not all(math.isfinite(v) for v in getattr(self, name)):
+                raise DataSourceError(f"--{name} values must be finite numbers, got "
+                                      f"{list(getattr(self, name))}")
         if any(s <= 0 for s in self.std):
             raise DataSourceError(f"--std values must be > 0, got {list(self.std)}")
         if min(self.size) < 1:
             raise DataSourceError(f"--image-size must be >= 1, got {size_text(self.size)}")
+        check_image_memory(self.size, self.channels)
+        if self.resize is not None:
+            check_image_memory(self.resize, self.channels, what="one resized image",
+                               flag="--resize")
 
     @property
     def image_size(self) -> int | tuple[int, int]:

@@ -120,6 +120,7 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
             spec, train_args = dict(src["model"]), dict(src.get("args") or {})
         method = cfg.method or family.recipe("calibrate", cfg, src)["method"]
         data = cfg.data or train_args.get("data", "digits")
+        R.check_preprocess_applies(cfg, data)
         prep = preprocess_of(cfg, spec.get("preprocess"),
                              spec.get("image_size") or train_args.get("image_size", 32))
         batch_size = cfg.batch_size or train_args.get("batch_size", 64)

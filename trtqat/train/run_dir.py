@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 from pathlib import Path
@@ -104,8 +105,10 @@ class RunDir:
         if not self.enabled:
             return
         try:
+            line = json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                               for k, v in record.items()})  # NaN is not JSON: null
             with open(self.file(METRICS), "a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(line + "\n")
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:

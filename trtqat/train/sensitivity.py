@@ -38,6 +38,7 @@ from trtqat.errors import TrtqatError
 from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
+from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +341,7 @@ def run_sweep(runner, units: dict[str, list[TensorQuantizer]], mode: str,
     fp32, quant = evaluate_configs(runner, batches, refs, [nothing, everything], family)
     sums = {layer: _Sums(family) for layer in layers}
     bar = tqdm(total=len(layers) * len(batches), desc=f"sensitivity {mode}", leave=False,
-               disable=not progress, dynamic_ncols=True)
+               disable=not progress_bars(progress), dynamic_ncols=True)
     try:
         with torch.inference_mode():
             for (x, y), ref in zip(batches, refs):
@@ -376,9 +377,11 @@ def default_out(checkpoint: str | Path) -> Path:
 
 def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
     """Run the sweep, write ``sensitivity.json`` and ``sensitivity.png``; see module doc."""
-    from trtqat.train.sensitivity_report import load_for_sensitivity, suggest, write_outputs
+    from trtqat.train import sensitivity_report as report
 
-    model, units, batches, info, family = load_for_sensitivity(cfg)
+    out = Path(cfg.out) if cfg.out else default_out(cfg.checkpoint)
+    report.refuse_foreign_outputs(out)  # before the sweep, not after it
+    model, units, batches, info, family = report.load_for_sensitivity(cfg)
     t0 = time.perf_counter()
     runner = make_runner(model, units, cfg.cache)
     baselines, per_layer = run_sweep(runner, units, cfg.mode, batches, cfg.progress, family)
@@ -389,6 +392,6 @@ def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
         baselines=baselines, rows=rows, time_s=elapsed, engine=runner.engine,
         images=sum(int(y.shape[0]) for _, y in batches))
     if cfg.suggest:
-        result.suggestion = suggest(runner, units, batches, rows, cfg, info, family)
-    write_outputs(result, Path(cfg.out) if cfg.out else default_out(cfg.checkpoint))
+        result.suggestion = report.suggest(runner, units, batches, rows, cfg, info, family)
+    report.write_outputs(result, out)
     return result

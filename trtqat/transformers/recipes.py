@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from trtqat.errors import QuantizerStateError
 from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
-from trtqat.runopts import ConfigError
+from trtqat.runopts import ConfigError, progress_bars
 from trtqat.train.accel import Accel
 from trtqat.train.loop import cosine_lambda
 from trtqat.train.ptq import CalibrateConfig
@@ -278,7 +278,7 @@ def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Se
     clip = None if cfg.max_grad_norm is None else (params, cfg.max_grad_norm)
     history: dict[str, Any] = {"loss": [], "lr": []}
     t0 = time.perf_counter()
-    bar = tqdm(total=total, desc="qat", disable=not cfg.progress, leave=False)
+    bar = tqdm(total=total, desc="qat", disable=not progress_bars(cfg.progress), leave=False)
     step = 0
     try:
         while step < total:
