@@ -179,3 +179,11 @@ def test_export_output_writes_null_for_non_finite_values(tmp_path, caplog):
     assert data[0]["values"] == [1.0, None, None] and data[1]["values"] == [3, 4]
     assert "output 'y' holds 2 NaN/inf value(s) of 3, written as null" in caplog.text
     assert trtexec_io.report_kind(path) == "outputs"
+
+
+def test_timing_cache_may_be_no_other_input(capsys, dynamic_onnx, tmp_path):
+    before = Path(dynamic_onnx).read_bytes()
+    rc, _, err = _run(capsys, f"--onnx={dynamic_onnx}", f"--timingCacheFile={dynamic_onnx}",
+                      *FAST)
+    assert rc == 1 and "--timingCacheFile" in err[0] and "is also the input --onnx" in err[0]
+    assert Path(dynamic_onnx).read_bytes() == before

@@ -135,3 +135,30 @@ def test_off_a_terminal_progress_is_one_line_per_epoch(tmp_path, capsys, tiny):
     assert "\r" not in out + err  # no progress-bar redraws in a log file
     epochs = [line for line in out.splitlines() if line.startswith("fp32 epoch ")]
     assert [line.split()[2] for line in epochs] == ["1/2:", "2/2:"]
+
+
+def test_export_compare_and_sensitivity_replace_only_their_own_outputs(ptq, tmp_path, capsys):
+    run, _ = ptq
+    out = tmp_path / "out"
+    out.mkdir()
+    planted = {"net.make-ptq-max-fp32.onnx": "my notes, not a model\n",
+               "export.json": '{"Layers": [], "Bindings": []}\n',
+               "report.json": '{"checkpoint": "x", "variant": "all", "results": []}\n',
+               "sensitivity.json": '{"backend": "ort", "variants": [], "metric": "top1"}\n'}
+    for name, text in planted.items():
+        (out / name).write_text(text)
+    for argv in (["export", "-c", str(run), "--variant", "fp32", "--out", str(out)],
+                 ["compare", "--run", str(run.parent), "--out", str(out), "--export-dir",
+                  str(tmp_path / "x")],
+                 ["sensitivity", "-c", str(run), "--out", str(out)]):
+        rc, err = run_cli(capsys, argv)
+        one_error_line(rc, err, "exists and is not ")
+        assert {p.name: p.read_text() for p in out.iterdir()} == planted
+    (out / "net.make-ptq-max-fp32.onnx").unlink()
+    (out / "export.json").unlink()
+    rc, err = run_cli(capsys, ["export", "-c", str(run), "--variant", "fp32", "--out", str(out),
+                               "--val-batches", "1"])
+    assert rc == 0, err
+    for _ in range(2):  # its own earlier outputs are replaced
+        assert run_cli(capsys, ["export", "-c", str(run), "--variant", "fp32", "--out",
+                                str(out), "--val-batches", "1"])[0] == 0

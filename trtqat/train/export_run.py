@@ -81,12 +81,13 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     model = family.load(ckpt)
     if int8:
         refuse_uncalibrated(model)  # before any file is written
-    out = check_writable(options.out)
     job = family.export_plan(model, ckpt, options)
     exporter = Exporter(model, family.stamp_plan(job.plan))
     tag = stage_tag(ckpt)
+    out = Path(options.out)
     paths = {v: out / artifact_name(job.arch, tag, v, job.batch) for v in variants}
     refuse_foreign_exports(out, paths.values(), options.checkpoint)
+    check_writable(out)  # the folder appears only now that everything is checked
     failed, summary = [], []
     for variant, path in paths.items():
         result, ok = _export_one(exporter, path, variant, options, job)
