@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from trtqat.quant.model_ops import AMAX_METHODS
-from trtqat.train.fp32 import TrainConfig, train_fp32
-from trtqat.train.ptq import CalibrateConfig, calibrate
-from trtqat.train.qat import QATConfig, qat_finetune
+from trtqat.stages.calibrate import CalibrateConfig, calibrate
+from trtqat.stages.qat import QATConfig, qat_finetune
+from trtqat.stages.train import TrainConfig, train_fp32
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -241,7 +241,7 @@ def _parse_cpu_int8(argv: Sequence[str]) -> argparse.Namespace:
 def _cpu_int8_onnx(args: argparse.Namespace, out_dir: Path) -> tuple[Path, Path, list]:
     """Export the INT8 (TensorRT-style Q/DQ) and FP32 ONNX of one calibrated model."""
     from trtqat.export import export_onnx
-    from trtqat.train.models import build_model
+    from trtqat.families.cnn.models import build_model
 
     torch.manual_seed(0)
     model = build_model(args.model, 1000, quantized=True).eval()

@@ -30,10 +30,10 @@ def main() -> None:
 
     from itertools import islice
 
+    from trtqat.families.cnn.data import make_loaders
+    from trtqat.families.cnn.models import build_model
     from trtqat.quant import QuantDescriptor, collect_stats, compute_amax
-    from trtqat.train.data import make_loaders
-    from trtqat.train.models import build_model
-    from trtqat.train.sensitivity import CachedRunner, PlainRunner, layer_units, run_sweep
+    from trtqat.stages.sensitivity_sweep import CachedRunner, PlainRunner, layer_units, run_sweep
 
     torch.manual_seed(0)
     train, val, classes = make_loaders("digits", args.image_size, args.batch_size)

@@ -25,10 +25,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from trtqat.transformers.corpus import load_corpus  # noqa: E402
-from trtqat.transformers.metrics import embedding_fidelity  # noqa: E402
-from trtqat.transformers.minilm import embed, load_encoder  # noqa: E402
-from trtqat.transformers.recipes import (  # noqa: E402
+from trtqat.families.encoder.corpus import load_corpus  # noqa: E402
+from trtqat.families.encoder.metrics import embedding_fidelity  # noqa: E402
+from trtqat.families.encoder.minilm import embed, load_encoder  # noqa: E402
+from trtqat.families.encoder.recipes import (  # noqa: E402
     EncoderQATConfig,
     collect_encoder_stats,
     qat_encoder,

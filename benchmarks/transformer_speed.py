@@ -2,7 +2,7 @@
 
 all-MiniLM-L6-v2 is PTQ-calibrated (quick: ``--calib-sentences`` corpus sentences, method
 ``--method``), exported as FP32 and INT8 (TensorRT-style Q/DQ) ONNX with
-``trtqat.transformers.onnx_export.export_encoder`` (``--exporter legacy``: the TorchScript
+``trtqat.families.encoder.onnx_export.export_encoder`` (``--exporter legacy``: the TorchScript
 exporter under ``export_mode.enabled()``), and built into ORT engines: FP32 plain, INT8
 with the ``qdq`` prepare step (``trtqat.engines.ort_qdq``: integer MatMul kernels, fused
 epilogues; its agreement check is the mean embedding cosine vs the Q/DQ ONNX). For
@@ -71,7 +71,7 @@ def _export(model, tok, q, folder: Path, sentences: list[str], exporter: str) ->
     paths = {"fp32": folder / "minilm_fp32.onnx", "int8": folder / "minilm_int8.onnx"}
     if exporter in ("auto", "export_encoder"):
         try:
-            from trtqat.transformers.onnx_export import export_encoder
+            from trtqat.families.encoder.onnx_export import export_encoder
         except ImportError:
             if exporter == "export_encoder":
                 raise
@@ -81,12 +81,12 @@ def _export(model, tok, q, folder: Path, sentences: list[str], exporter: str) ->
             return paths, "export_encoder"
     import torch
 
-    from trtqat.quant import export_mode
-    from trtqat.transformers.export import (
+    from trtqat.families.encoder.export import (
         OUTPUT_NAMES,
         encoder_dynamic_axes,
         example_inputs_for_encoder,
     )
+    from trtqat.quant import export_mode
 
     ex = example_inputs_for_encoder(tok, 2, 16, sentences)
     with warnings.catch_warnings():
@@ -103,7 +103,7 @@ def _export(model, tok, q, folder: Path, sentences: list[str], exporter: str) ->
 
 def _full_rows(tok, sentences: list[str], batch: int, seq_len: int) -> dict[str, np.ndarray]:
     """``batch`` rows of real text filling all ``seq_len`` tokens (mask all ones)."""
-    from trtqat.transformers.minilm import tokenize
+    from trtqat.families.encoder.minilm import tokenize
 
     text = " ".join(sentences)
     rows = [text[i * 97:] + " " + text for i in range(batch)]  # distinct starts
@@ -130,13 +130,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from trtqat.arrays import row_cosines
     from trtqat.engines import build_engine
     from trtqat.engines.ort_qdq import count_compute_nodes
-    from trtqat.transformers import (
-        EncoderCalibConfig,
-        calibrate_encoder,
+    from trtqat.families.encoder import (
+        CalibOptions,
+        calibrated_copy,
         load_corpus,
         load_encoder,
     )
-    from trtqat.transformers.minilm import tokenize
+    from trtqat.families.encoder.minilm import tokenize
 
     threads, why = choose_threads(args.threads)
     torch.set_num_threads(threads)
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model.eval()
     corpus = load_corpus()
     calib = list(corpus.train[:args.calib_sentences])
-    q = calibrate_encoder(model, tok, calib, EncoderCalibConfig(
+    q = calibrated_copy(model, tok, calib, CalibOptions(
         method=args.method, num_sentences=len(calib), max_length=args.seq_len))
     q.eval()
     paths, exporter = _export(model, tok, q, out_dir, calib, args.exporter)

@@ -5,7 +5,7 @@ train recipe; PTQ with each calibrator (max, percentile 99.9 / 99.99, mse, entro
 histogram collection, one amax per method); QAT from the family's calibrator (``mse``, what
 ``trtqat calibrate`` uses) with the family's QAT recipe (``family.recipe("qat", ...)``). The
 model is built, reloaded and quantized only through its family object, the loops are the
-library's (``trtqat.train.loop``), as are the calibration functions. Top-1 figures are those
+library's (``trtqat.runs.loop``), as are the calibration functions. Top-1 figures are those
 of the last epoch (no selection on the validation set).
 
 One seed's 360 validation images resolve 0.28 points, and PTQ of this model is close to
@@ -41,9 +41,9 @@ from _bench import choose_threads, save_results  # noqa: E402
 
 import trtqat  # noqa: E402
 from trtqat import families  # noqa: E402
-from trtqat.train import distributed as D  # noqa: E402
-from trtqat.train.data import make_datasets, make_loader, make_loaders  # noqa: E402
-from trtqat.train.loop import cosine_lambda, evaluate, train_one_epoch  # noqa: E402
+from trtqat.families.cnn.data import make_datasets, make_loader, make_loaders  # noqa: E402
+from trtqat.runs import distributed as D  # noqa: E402
+from trtqat.runs.loop import cosine_lambda, evaluate, train_one_epoch  # noqa: E402
 
 # (label, compute_amax method, keyword arguments)
 CALIBRATORS = (("max", "max", {}), ("percentile 99.9", "percentile", {"percentile": 99.9}),

@@ -1,10 +1,10 @@
 """The torchvision classification zoo at its usual input size: PTQ export status and ONNX
 Runtime INT8 / FP32 speed.
 
-Each model (random weights: speed does not depend on them, see ``trtqat.zoo``) goes through
-max calibration, the checked INT8 export, the Q/DQ lint and an ORT engine (``trtqat.zoo.
+Each model (random weights: speed does not depend on them, see ``trtqat.stages.zoo``) goes through
+max calibration, the checked INT8 export, the Q/DQ lint and an ORT engine (``trtqat.stages.zoo.
 run_ptq``); its FP32 export is built too. The INT8 and FP32 engines are then timed in
-interleaved rotated rounds (``trtqat.compare.timing``): each figure is the median over
+interleaved rotated rounds (``trtqat.stages.compare.timing``): each figure is the median over
 rounds, with its spread ``(max - min) / median``; a spread above 10% is flagged ``!``.
 
 A model that fails is recorded with the failed stage and error; the sweep goes on. Results
@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trtqat.compare.report import UNSTABLE_SPREAD, VariantResult  # noqa: E402
-from trtqat.compare.timing import Timed, time_interleaved  # noqa: E402
-from trtqat.zoo import (  # noqa: E402
+from trtqat.stages.compare.report import UNSTABLE_SPREAD, VariantResult  # noqa: E402
+from trtqat.stages.compare.timing import Timed, time_interleaved  # noqa: E402
+from trtqat.stages.zoo import (  # noqa: E402
     USUAL_SIZE,
     ZOO,
     ZooResult,
@@ -56,8 +56,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def _fp32_engine(model: torch.nn.Module, name: str, size: int, out: Path, threads: int):
     from trtqat.engines import build_engine
     from trtqat.export import export_onnx
+    from trtqat.stages.zoo import synthetic_batches
     from trtqat.variants import artifact_name
-    from trtqat.zoo import synthetic_batches
 
     path = out / artifact_name(f"{name}_{size}", "", "fp32")
     export_onnx(model, synthetic_batches(1, 2, size, 2)[0], path, "fp32")
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_ptq(name, size, out, model=model, engine_threads=args.threads)
         int8, fp32 = VariantResult(name, "int8"), VariantResult(name, "fp32")
         if result.status == "ok":
-            from trtqat.zoo import synthetic_batches
+            from trtqat.stages.zoo import synthetic_batches
 
             feed = {args.batch: {"input": synthetic_batches(1, args.batch, size, 9)[0].numpy()}}
             fp32_engine = _fp32_engine(model, name, size, out, args.threads)

@@ -2,8 +2,8 @@
 
 Every ``import``/``from ... import`` of every module under ``trtqat/`` is read, at module
 level and inside functions alike, and mapped to a *node*: the subpackage it lies in
-(``trtqat.train``, ``trtqat.transformers``, ...) or, for a module directly under ``trtqat/``,
-that module itself (``trtqat.demo``, ``trtqat.errors``; ``trtqat`` for ``__init__.py``).
+(``trtqat.stages``, ``trtqat.families.encoder``, ...) or, for a module directly under ``trtqat/``,
+that module itself (``trtqat.stages.demo``, ``trtqat.errors``; ``trtqat`` for ``__init__.py``).
 
 The rule:
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import trtqat
 
 ROOT = Path(trtqat.__file__).parent
-REGISTRY = "trtqat.families"
+DEEP = ("trtqat.families", "trtqat.stages")  # nodes one level deeper
 
 
 def _module_name(path: Path) -> str:
@@ -37,11 +37,14 @@ def _module_name(path: Path) -> str:
 
 def _node(module: str) -> str | None:
     """The graph node of a dotted module name inside trtqat (None outside it): the first
-    two parts (``trtqat.train.fp32`` -> ``trtqat.train``, ``trtqat.demo`` -> itself)."""
+    two parts (``trtqat.stages.train`` -> ``trtqat.stages``, ``trtqat.stages.demo`` -> itself)."""
     parts = module.split(".")
     if parts[0] != "trtqat":
         return None
-    return ".".join(parts[:2])
+    head = ".".join(parts[:2])
+    if head in DEEP and len(parts) > 2 and (ROOT.parent / "/".join(parts[:3])).is_dir():
+        return ".".join(parts[:3])  # a subpackage: trtqat.families.cnn
+    return head
 
 
 def _is_module(module: str) -> bool:
@@ -59,6 +62,8 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
 
     def visit(node: ast.AST, lazy: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child.test):
+                continue  # typing-only imports never run
             inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                ast.Lambda))
             if isinstance(child, ast.Import):
@@ -81,18 +86,20 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def package_graph() -> dict[str, dict[str, list[str]]]:
-    """``{node: {imported node: [files that import it]}}`` with the lazy registry edges left
-    out (see the module doc)."""
+    """``{node: {imported node: [files that import it]}}``."""
     graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for path in sorted(ROOT.rglob("*.py")):
         src = _node(_module_name(path))
-        for module, lazy in _imports(path):
+        for module, _lazy in _imports(path):
             dst = _node(module)
             if dst is None or dst == src or src is None:
                 continue
-            if dst == REGISTRY and lazy:
-                continue  # a family resolved lazily through the registry
             graph[src][dst].append(str(path.relative_to(ROOT.parent)))
     return graph
 
@@ -135,18 +142,24 @@ def test_no_import_cycle_between_packages() -> None:
 
 def test_the_check_sees_lazy_imports(tmp_path) -> None:
     """The parser finds function-level imports, and a cycle in a made-up graph."""
-    mod = ROOT / "train" / "checkpoint.py"
+    mod = ROOT / "stages" / "demo.py"
     assert any(lazy for _, lazy in _imports(mod))
     assert find_cycle({"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}}) == [
         "a", "b", "c", "a"]
     assert find_cycle({"a": {"b": ["x"]}, "b": {}}) is None
 
 
-def test_lower_layers_do_not_import_the_families_at_module_level() -> None:
-    """Stage packages reach a family only lazily: importing them never imports families."""
-    for path in sorted(ROOT.rglob("*.py")):
-        src = _node(_module_name(path))
-        if src in (REGISTRY, "trtqat.cli"):
-            continue
-        eager = [m for m, lazy in _imports(path) if not lazy and _node(m) == REGISTRY]
-        assert not eager, f"{path} imports {eager[0]} at module level"
+def test_the_check_skips_typing_only_imports() -> None:
+    """``if TYPE_CHECKING:`` imports are not edges; run-time imports of the file are."""
+    mod = ROOT / "families" / "cnn" / "qat.py"
+    assert "from trtqat.stages.qat import QATConfig" in mod.read_text()
+    found = [m for m, _ in _imports(mod)]
+    assert "trtqat.runs.loop" in found and "trtqat.stages.qat" not in found
+
+
+def test_families_never_import_stages() -> None:
+    """Stages (above) call family hooks; a family reaches no stage, not even lazily."""
+    graph = package_graph()
+    bad = {a: b for a in graph if a.startswith("trtqat.families") for b in graph[a]
+           if b.startswith("trtqat.stages")}
+    assert not bad, bad

@@ -12,9 +12,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trtqat"
 MAX_LINES = 400
 # base modules (and the top-level package itself, for __version__; _C is the C++ extension)
 BASE = {"errors", "atomic", "finite", "arrays", "optional", "lazy", "version", "variants",
-        "runopts", "_C", "trtqat"}
+        "runopts", "sizes", "_C", "trtqat"}
 COMPAT = ("nn", "calib", "tensor_quant", "quant_modules", "optim", "utils")
 ALLOWED = {
+    "api": BASE | {"stages", "families", "runs", "export", "engines", "quant"},
+    "stages": BASE | {"families", "runs", "export", "engines", "quant"},
+    "families": BASE | {"runs", "export", "engines", "quant"},
+    "runs": BASE,
     "engines": BASE,
     "quant": BASE,
     "export": BASE | {"quant"},
@@ -31,9 +35,23 @@ def _unit(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else "trtqat"
 
 
+def _typing_only(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (imports that never run)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")
+                                                ) == "TYPE_CHECKING":
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    return skip
+
+
 def _imports(path: Path) -> set[str]:
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(_unit(a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

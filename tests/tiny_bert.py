@@ -25,3 +25,15 @@ def save_tiny_bert(folder: Path, words: Iterable[str]) -> Path:
     transformers.BertModel(config).save_pretrained(folder)
     transformers.BertTokenizer(vocab=vocab).save_pretrained(folder)
     return folder
+
+
+def calibrated_encoder(model, tokenizer, sentences, method: str = "max", max_length: int = 32,
+                       batch_size: int = 32):
+    """An INT8 copy of an FP32 ``SentenceEncoder``, calibrated on ``sentences``: the
+    family's placement, statistics of tokenized batches, amax by ``method``."""
+    from trtqat.families.encoder.recipes import collect_encoder_stats, quantized_copy, set_amax
+
+    qmodel = quantized_copy(model)
+    collect_encoder_stats(qmodel, tokenizer, sentences, batch_size, max_length)
+    set_amax(qmodel, method)
+    return qmodel

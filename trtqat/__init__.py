@@ -1,7 +1,9 @@
 """trtqat: quantization-aware training to fast INT8 TensorRT / ONNX Runtime engines.
 
-The top-level names (``trtqat.quantize``, ``trtqat.initialize`` ...) load torch on first
-use, so that ``import trtqat.engines`` (ONNX Runtime / TensorRT engines) runs without torch.
+The top-level names (``trtqat.quantize``, ``trtqat.export_onnx``, ``trtqat.qat_recipe``,
+``trtqat.initialize`` ...) load torch on first use, so that ``import trtqat.engines`` (ONNX
+Runtime / TensorRT engines) runs without torch; ``trtqat.build_engine`` and
+``trtqat.benchmark`` never load it. See README.md, "Python API".
 """
 
 from trtqat.errors import TrtqatError
@@ -12,9 +14,10 @@ __version__ = "0.1.0"
 # pytorch-quantization's package also exposes initialize / deactivate at the top level, and
 # its subpackages (calib, nn, tensor_quant, utils, ...) as attributes once imported: here they
 # import on first access.
-__all__ = ["QuantConfig", "QuantDescriptor", "QuantModuleReplacementHelper", "TrtqatError",
-           "__version__", "collect_stats", "compute_amax", "deactivate", "enable_onnx_export",
-           "initialize", "quantize"]
+__all__ = ["BenchmarkResult", "ExportResult", "QATRecipe", "QuantConfig", "QuantDescriptor",
+           "QuantModuleReplacementHelper", "TrtqatError", "__version__", "benchmark",
+           "build_engine", "collect_stats", "compute_amax", "deactivate", "enable_onnx_export",
+           "export_onnx", "initialize", "qat_recipe", "quantize"]
 
 _QM = "trtqat.quant.quant_modules"
 __getattr__, __dir__ = lazy_attributes(__name__, {
@@ -22,4 +25,9 @@ __getattr__, __dir__ = lazy_attributes(__name__, {
     "collect_stats": "trtqat.quant.model_ops", "compute_amax": "trtqat.quant.model_ops",
     "quantize": "trtqat.quant.model_ops", "QuantModuleReplacementHelper": _QM,
     "deactivate": _QM, "enable_onnx_export": _QM, "initialize": _QM,
+    # the pipeline's verbs (trtqat.api): export, build, benchmark (torch-free), QAT recipe
+    "export_onnx": "trtqat.api", "ExportResult": "trtqat.export.result",
+    "build_engine": "trtqat.engines.registry", "benchmark": "trtqat.engines.bench",
+    "BenchmarkResult": "trtqat.engines.timing", "qat_recipe": "trtqat.runs.qat_recipe",
+    "QATRecipe": "trtqat.runs.qat_recipe",
 }, submodules=("calib", "nn", "optim", "quant", "quant_modules", "tensor_quant", "utils"))

@@ -21,40 +21,6 @@ class ArrayFileError(TrtqatError, ValueError):
     """An array file is missing, unreadable, or holds the wrong kind of array."""
 
 
-class MemoryNeedError(TrtqatError, ValueError):
-    """A requested size would need more memory than this machine has."""
-
-
-def total_memory() -> int:
-    """Bytes of physical memory of this machine (a large number if unknown)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 60
-
-
-def format_bytes(n: float) -> str:
-    """``71.9 TB``: decimal units, three digits."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000:
-            return f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n:.3g} PB"
-
-
-def check_memory(shape: tuple[int, ...], flag: str, what: str, fix: str,
-                 itemsize: int = 4) -> int:
-    """Refuse (one line) an array of ``shape`` that would not fit in this machine's memory,
-    before anything is allocated; returns its bytes."""
-    need = itemsize * int(np.prod(np.asarray(shape, dtype=np.float64)))
-    if need > total_memory():
-        dims = " x ".join(map(str, shape))
-        raise MemoryNeedError(f"{flag} needs {format_bytes(need)} for {what} ({dims} x "
-                              f"{itemsize} bytes), more than this machine's "
-                              f"{format_bytes(total_memory())} of memory: {fix}")
-    return need
-
-
 def split_array_spec(spec: str | os.PathLike) -> tuple[Path, str | None]:
     """``"x.npz:name"`` -> ``(Path("x.npz"), "name")``; a plain path -> ``(path, None)``."""
     text = str(spec)

@@ -1,9 +1,9 @@
 """The options every run shares, in one base dataclass: :class:`RunOptions`.
 
-``TrainConfig``, ``CalibrateConfig`` and ``QATConfig`` (``trtqat.train``) inherit it, for
+``TrainConfig``, ``CalibrateConfig`` and ``QATConfig`` (``trtqat.stages``) inherit it, for
 image classifiers and sentence encoders alike; its ``__post_init__`` holds the checks they
 share. The speed options (``--amp``, ``--channels-last``, ``--compile``) are the
-:class:`AccelOptions` part; :class:`trtqat.train.accel.Accel` applies them.
+:class:`AccelOptions` part; :class:`trtqat.runs.accel.Accel` applies them.
 
 This module imports nothing of trtqat but its errors (and no torch), so every package, and
 the command-line parser, may use it.
@@ -88,7 +88,7 @@ def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool =
 
 def check_amp(cfg: Any) -> None:
     """Refuse an unknown ``--amp`` value (device-independent; the device checks are
-    :meth:`trtqat.train.accel.Accel.setup`'s)."""
+    :meth:`trtqat.runs.accel.Accel.setup`'s)."""
     amp = getattr(cfg, "amp", None)
     if amp is not None and amp not in AMP_CHOICES:
         raise AccelError(f"unknown --amp {amp!r}: use {' or '.join(AMP_CHOICES)} "

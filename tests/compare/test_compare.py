@@ -11,10 +11,10 @@ import onnx
 import pytest
 import torch
 
-from trtqat.compare.run import CompareConfig, compare
-from trtqat.compare.variants import CompareError
-from trtqat.train.fp32 import TrainConfig, train_fp32
-from trtqat.train.ptq import CalibrateConfig, calibrate
+from trtqat.stages.calibrate import CalibrateConfig, calibrate
+from trtqat.stages.compare.run import CompareConfig, compare
+from trtqat.stages.compare.variants import CompareError
+from trtqat.stages.train import TrainConfig, train_fp32
 
 TINY = {"data": "digits", "image_size": 16, "progress": False, "device": "cpu", "seed": 0}
 
@@ -112,7 +112,7 @@ def test_cli_one_line_error(tmp_path, capsys):
 
 def test_feed_is_real_validation_images(run_root):
     from trtqat import families
-    from trtqat.compare.data import image_data
+    from trtqat.families.cnn.compare_data import image_data
 
     cfg = CompareConfig(run=str(run_root), batch_sizes=(8,), calib_batches=1)
     data = families.get("cnn").compare_data([], {"data": "digits", "image_size": 16}, cfg)
@@ -120,4 +120,4 @@ def test_feed_is_real_validation_images(run_root):
     feed = data.timing(8)
     assert feed.shape == (8, 3, 16, 16) and np.array_equal(feed, data.batches[0][:8])
     assert len(data.targets) == sum(len(b) for b in data.batches)
-    assert image_data.__module__ == "trtqat.compare.data"
+    assert image_data.__module__ == "trtqat.families.cnn.compare_data"

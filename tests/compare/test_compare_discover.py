@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from trtqat.compare.variants import CompareError, discover
-from trtqat.train.checkpoint import save_checkpoint
+from trtqat.runs.checkpoint import save_checkpoint
+from trtqat.stages.compare.variants import CompareError, discover
 
 
 def _ckpt(path, stage: str, arch: str, **extra) -> None:
@@ -27,7 +27,7 @@ def test_a_duplicate_variant_is_named_not_dropped_silently(tmp_path, caplog):
     _ckpt(tmp_path / "fp32", "fp32", "resnet18")
     _ckpt(tmp_path / "qat", "qat", "resnet18")
     _ckpt(tmp_path / "qat-skip", "qat", "resnet18")
-    with caplog.at_level(logging.WARNING, logger="trtqat.compare.variants"):
+    with caplog.at_level(logging.WARNING, logger="trtqat.stages.compare.variants"):
         variants, _ = discover(tmp_path)
     qat = [v for v in variants if v.name == "qat-int8"]
     assert len(qat) == 1 and qat[0].checkpoint == tmp_path / "qat" / "best.pt"

@@ -39,8 +39,8 @@ def _sentences(path: Path, n: int = 60) -> Path:
 def run_root(tmp_path_factory) -> Path:
     """fp32/, ptq-max/ and qat/ runs of the tiny encoder (through the library verbs, which
     route the encoder to its family)."""
-    from trtqat.train.ptq import CalibrateConfig, calibrate
-    from trtqat.train.qat import QATConfig, qat_finetune
+    from trtqat.stages.calibrate import CalibrateConfig, calibrate
+    from trtqat.stages.qat import QATConfig, qat_finetune
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -109,7 +109,7 @@ def test_every_encoder_variant_is_measured(report):
 
 
 def test_engine_fidelity_matches_the_qat_run(report, run_root):
-    from trtqat.train.run_dir import read_metrics
+    from trtqat.runs.run_dir import read_metrics
 
     rep, _, _ = report
     engine = next(v for v in rep["variants"] if v["name"] == "qat-int8")["metrics"]
@@ -120,7 +120,7 @@ def test_engine_fidelity_matches_the_qat_run(report, run_root):
 
 
 def test_discovery_finds_every_encoder_variant(run_root):
-    from trtqat.compare.variants import discover
+    from trtqat.stages.compare.variants import discover
 
     variants, settings = discover(run_root)
     assert tuple(v.name for v in variants) == ALL
@@ -140,8 +140,8 @@ def test_table_and_markdown_show_fidelity(report):
 
 
 def test_explicit_encoder_onnx_and_bad_seq_len(report, run_root, tmp_path):
-    from trtqat.compare.run import CompareConfig, compare
-    from trtqat.compare.variants import CompareError, explicit
+    from trtqat.stages.compare.run import CompareConfig, compare
+    from trtqat.stages.compare.variants import CompareError, explicit
 
     rep, _, _ = report
     fp32_onnx = next(v["onnx"] for v in rep["variants"] if v["name"] == "fp32")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import onnx
 import torch
 
-from trtqat.compare.run import CompareConfig, compare
-from trtqat.compare.variants import discover
-from trtqat.train.ptq import CalibrateConfig, calibrate
+from trtqat.stages.calibrate import CalibrateConfig, calibrate
+from trtqat.stages.compare.run import CompareConfig, compare
+from trtqat.stages.compare.variants import discover
 
 NET = '''from torch import nn
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from trtqat.compare.report import VariantResult, build_report, format_markdown, format_table
-from trtqat.compare.run import CompareConfig, finish_variant, start_variant
-from trtqat.compare.timing import Timed, spread, time_interleaved
-from trtqat.compare.variants import Variant
+from trtqat.stages.compare.report import VariantResult, build_report, format_markdown, format_table
+from trtqat.stages.compare.run import CompareConfig, finish_variant, start_variant
+from trtqat.stages.compare.timing import Timed, spread, time_interleaved
+from trtqat.stages.compare.variants import Variant
 
 
 class _Engine:

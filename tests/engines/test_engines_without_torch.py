@@ -23,7 +23,7 @@ def test_import_engines_does_not_import_torch() -> None:
         "from trtqat.engines.registry import backend_info\n"
         "backend_info('ort')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch'\n"
-        "             or m.startswith(('trtqat.quant', 'trtqat.export', 'trtqat.train')))\n"
+        "             or m.startswith(('trtqat.quant', 'trtqat.export', 'trtqat.stages')))\n"
         "assert not bad, bad[:5]\n"
     )
     _assert_prints_ok(code)

@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 from trtqat.cli.exec_cmd import main
-from trtqat.cli.exec_feed import valid_integer_feed
+from trtqat.engines.feeds import valid_integer_feed
 from trtqat.engines.onnx_io import index_input_bounds
 
 from .test_ort_qdq_matmul import VOCAB, encoder_feeds, make_encoder

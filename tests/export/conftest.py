@@ -27,7 +27,7 @@ def tiny_exports(tmp_path_factory, tiny_q):
 
 def _export_torchvision(tmp_path_factory, arch: str):
     from trtqat.export import export_onnx
-    from trtqat.train.models import build_model
+    from trtqat.families.cnn.models import build_model
 
     torch.manual_seed(0)
     model = build_model(arch, 10, quantized=True, quant_desc_input=MAX_CALIB)
@@ -53,8 +53,8 @@ def mobilenet_v2_int8(tmp_path_factory):
 @pytest.fixture(scope="session")
 def resnet18_ptq_checkpoint(tmp_path_factory):
     """A calibrated (ptq) ResNet18 checkpoint at 16x16, as `trtqat calibrate` writes it."""
-    from trtqat.train.checkpoint import save_checkpoint
-    from trtqat.train.models import build_model
+    from trtqat.families.cnn.models import build_model
+    from trtqat.runs.checkpoint import save_checkpoint
 
     torch.manual_seed(0)
     model = build_model("resnet18", 10, quantized=True, quant_desc_input=MAX_CALIB)

@@ -10,7 +10,7 @@ from export_testlib import make_tiny
 
 from trtqat.cli import main
 from trtqat.families.cnn import CNNFamily
-from trtqat.train.checkpoint import load_checkpoint, save_checkpoint
+from trtqat.runs.checkpoint import load_checkpoint, save_checkpoint
 
 
 def test_int8_export_of_a_ptq_checkpoint(resnet18_int8):
@@ -48,7 +48,7 @@ def test_validated_export_of_every_variant(tmp_path, monkeypatch, capsys):
 
 
 def _fp32_checkpoint(tmp_path):
-    from trtqat.train.models import build_model
+    from trtqat.families.cnn.models import build_model
 
     spec = {"arch": "resnet18", "num_classes": 10, "image_size": 16, "quantized": False,
             "skip_layers": []}

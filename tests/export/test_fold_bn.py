@@ -60,7 +60,7 @@ def test_fold_is_exact_for_per_channel_weights(transpose):
 
 
 def test_fold_finds_every_pair_of_resnet18_and_keeps_outputs():
-    from trtqat.train.models import build_model
+    from trtqat.families.cnn.models import build_model
 
     model = build_model("resnet18", 10, quantized=True, quant_desc_input=MAX_CALIB).eval()
     assert len(find_conv_bn_pairs(model)) == 20

@@ -49,7 +49,7 @@ def test_one_naming_rule():
 
 
 def test_the_mixed_variant_has_one_name():
-    from trtqat.compare.variants import Variant
+    from trtqat.stages.compare.variants import Variant
 
     assert canonical("int8+fp16") == "int8-fp16" and expand_variants("int8+fp16") == ("int8-fp16",)
     assert Variant("qat-int8-fp16", "int8+fp16", "int8-fp16").precision == "int8-fp16"

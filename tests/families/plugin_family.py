@@ -60,8 +60,8 @@ class MLPFamily(CNNFamily):
         return model
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
+        from trtqat.families.cnn.models import QUANT_DESC_INPUT
         from trtqat.quant.model_ops import QuantConfig, disable_layers, quantize
-        from trtqat.train.models import QUANT_DESC_INPUT
 
         quantize(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
         if skip_layers:

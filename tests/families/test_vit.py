@@ -16,7 +16,7 @@ from trtqat.errors import TrtqatError
 from trtqat.families.vit import ViTSelfAttention, fuse_qkv_keys, replace_attention
 from trtqat.quant.model_ops import disable_quantization, quantizers
 from trtqat.quant.modules import QuantConv2d, QuantLinear
-from trtqat.transformers.matmul import QuantMatMul
+from trtqat.quant.plugins.matmul import QuantMatMul
 
 SIZE = 16  # vit_tiny: 4x4 patches -> 16 tokens + the class token
 
@@ -252,7 +252,7 @@ def test_train_command_takes_the_family_recipe(argv, want):
     """`trtqat train --model vit` trains with the ViT recipe unless an option says otherwise."""
     from trtqat.cli import build_parser
     from trtqat.cli.options import config_from
-    from trtqat.train.fp32 import TrainConfig
+    from trtqat.stages.train import TrainConfig
 
     cfg = config_from(TrainConfig, build_parser().parse_args(["train", *argv]))
     assert {k: getattr(cfg, k) for k in want} == want

@@ -20,7 +20,7 @@ def _install_killer(target: str, nth: int) -> None:
     import trtqat.atomic as atomic
     import trtqat.engines.fileformat as fileformat
     import trtqat.export.result as export_result
-    import trtqat.train.checkpoint as checkpoint
+    import trtqat.runs.checkpoint as checkpoint
 
     real = atomic.publish
     seen = {"n": 0}

@@ -13,7 +13,7 @@ from test_fault_disk_full import CALIBRATE, NET
 from tiny import train_argv
 
 from trtqat.cli import main as trtqat_main
-from trtqat.train.checkpoint import load_checkpoint
+from trtqat.runs.checkpoint import load_checkpoint
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 import torch
 from faultlib import one_error_line, run_cli
 
-from trtqat.train.checkpoint import FORMAT
+from trtqat.runs.checkpoint import FORMAT
 
 RANDOM = os.urandom(4096)
 

@@ -11,7 +11,7 @@ import pytest
 from faultlib import disk_full, one_error_line, run_cli, temps
 
 from trtqat.engines import load_engine
-from trtqat.train.checkpoint import load_checkpoint
+from trtqat.runs.checkpoint import load_checkpoint
 
 NET = '''from torch import nn
 

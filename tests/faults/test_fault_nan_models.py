@@ -14,9 +14,9 @@ from onnx import numpy_helper
 
 from trtqat.export import validate as val
 from trtqat.export.onnx_export import Exporter, ExportResult
+from trtqat.families.cnn.models import build_model
 from trtqat.finite import NonFiniteError, check_finite_arrays, first_non_finite, model_tensors
-from trtqat.train.checkpoint import FORMAT, save_checkpoint
-from trtqat.train.models import build_model
+from trtqat.runs.checkpoint import FORMAT, save_checkpoint
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_compare_refuses_nan_engine_outputs():
     from types import SimpleNamespace
 
     from trtqat import families
-    from trtqat.compare.run import score
+    from trtqat.stages.compare.run import score
 
     class NanRunner:
         def infer(self, feed):

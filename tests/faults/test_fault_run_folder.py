@@ -12,8 +12,8 @@ import pytest
 from faultlib import ROOT, killed, one_error_line, run_cli, temps
 from tiny import train_argv
 
-from trtqat.train.checkpoint import load_checkpoint
-from trtqat.train.run_lock import aside_path, lock_path
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.run_lock import aside_path, lock_path
 
 
 def _finished_run(capsys, out):
@@ -24,7 +24,7 @@ def _finished_run(capsys, out):
 
 def _hold_lock(folder):
     """A separate process that holds the run folder's lock until killed."""
-    code = ("import sys, time; from trtqat.train.run_lock import RunLock; "
+    code = ("import sys, time; from trtqat.runs.run_lock import RunLock; "
             "RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(300)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE,
                             text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -126,7 +126,7 @@ def test_a_diverging_lr_stops_without_a_poisoned_checkpoint(tmp_path, capsys, ti
     out = tmp_path / "run"
     rc, err = run_cli(capsys, train_argv(out, "--lr", "1e6", epochs=2))
     line = one_error_line(rc, err, "stopped.")
-    from trtqat.train.health import finite_checkpoint
+    from trtqat.runs.health import finite_checkpoint
 
     for name in ("last.pt", "best.pt"):
         assert not (out / name).exists() or finite_checkpoint(out / name), line

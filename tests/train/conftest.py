@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trtqat.train.fp32 import TrainConfig, train_fp32
-from trtqat.train.ptq import CalibrateConfig, calibrate
+from trtqat.stages.calibrate import CalibrateConfig, calibrate
+from trtqat.stages.train import TrainConfig, train_fp32
 
 TINY = {"data": "synthetic", "image_size": 16, "batch_size": 8, "limit_batches": 3,
         "progress": False, "seed": 0, "device": "cpu"}

@@ -1,4 +1,4 @@
-"""--amp, --channels-last and --compile (trtqat.train.accel) on the CNN recipes, and bad input."""
+"""--amp, --channels-last and --compile (trtqat.runs.accel) on the CNN recipes, and bad input."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from torch import nn
 
 import trtqat
 from trtqat.cli import main
+from trtqat.families import build_from_checkpoint
+from trtqat.families.cnn.models import build_model
 from trtqat.quant.modules import QuantConv2d, QuantLinear
-from trtqat.train import accel
-from trtqat.train import distributed as D
-from trtqat.train.accel import Accel, AccelError
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-from trtqat.train.loop import train_one_epoch
-from trtqat.train.models import build_model
-from trtqat.train.recipes import build_optimizer, build_scheduler, restore
+from trtqat.runs import accel
+from trtqat.runs import distributed as D
+from trtqat.runs.accel import Accel, AccelError
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.loop import train_one_epoch
+from trtqat.runs.recipes import build_optimizer, build_scheduler, restore
 
 FAST = ["--data", "synthetic", "--image-size", "16", "--batch-size", "8", "--limit-batches",
         "2", "--no-progress", "--device", "cpu"]
@@ -158,7 +159,7 @@ def test_qat_compile_checkpoint_has_plain_keys_and_resumes(ptq_run, tmp_path, ca
 
 @pytest.mark.parametrize("target, value, match", [
     ("torch._dynamo.is_dynamo_supported", lambda: False, "does not support Python"),
-    ("trtqat.train.accel._cpp_compiler", lambda: None, "needs a C++ compiler"),
+    ("trtqat.runs.accel._cpp_compiler", lambda: None, "needs a C++ compiler"),
     ("torch.compile", None, "torch.compile does not work here (RuntimeError: no compiler"),
 ])
 def test_compile_unavailable_is_one_line(target, value, match, tmp_path, capsys, monkeypatch):
@@ -196,9 +197,9 @@ def test_device_cuda_without_a_gpu_is_one_line_everywhere(fp32_run, ptq_run, tmp
 
 
 def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
-    from trtqat import demo
     from trtqat.families.cnn import CNNFamily
-    from trtqat.train import checkpoint
+    from trtqat.runs import checkpoint
+    from trtqat.stages import demo
 
     seen = []
 

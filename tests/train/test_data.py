@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from trtqat.train.data import DataError, EpochShuffleSampler, ShardSampler, make_loaders
+from trtqat.families.cnn.data import DataError, EpochShuffleSampler, ShardSampler, make_loaders
 
 
 def test_digits_loaders():

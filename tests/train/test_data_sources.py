@@ -9,9 +9,8 @@ from byom_testlib import write_image_folder, write_pngs
 
 from trtqat.arrays import load_array
 from trtqat.errors import TrtqatError
-from trtqat.train.data import make_datasets
-from trtqat.train.data_sources import (
-    calibration_datasets,
+from trtqat.families.cnn.data import calibration_datasets, make_datasets
+from trtqat.families.cnn.data_sources import (
     data_kind,
     make_preprocess,
     parse_size,

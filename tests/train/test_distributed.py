@@ -9,8 +9,9 @@ import sys
 import pytest
 import torch
 
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-from trtqat.train.run_dir import read_metrics
+from trtqat.families import build_from_checkpoint
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.run_dir import read_metrics
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(),
                                 reason="torch.distributed is not available")

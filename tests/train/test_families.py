@@ -15,14 +15,15 @@ from torch import nn
 
 from trtqat import families
 from trtqat.cli import main
+from trtqat.families import build_from_checkpoint
 from trtqat.families.cnn import CNNFamily
 from trtqat.families.encoder import EncoderFamily
+from trtqat.families.encoder.checkpoint import encoder_spec
 from trtqat.quant.model_ops import quantizers
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint, save_checkpoint
-from trtqat.train.fp32 import TrainConfig
-from trtqat.train.ptq import CalibrateConfig
-from trtqat.train.qat import QATConfig, qat_finetune
-from trtqat.transformers.checkpoint import encoder_spec
+from trtqat.runs.checkpoint import load_checkpoint, save_checkpoint
+from trtqat.stages.calibrate import CalibrateConfig
+from trtqat.stages.qat import QATConfig, qat_finetune
+from trtqat.stages.train import TrainConfig
 
 CNN_SPEC = {"arch": "resnet18", "num_classes": 10, "image_size": 16, "quantized": False,
             "skip_layers": []}  # as every checkpoint before model families: no "family"

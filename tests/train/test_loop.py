@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from trtqat.train import distributed as D
-from trtqat.train.loop import cosine_lambda, evaluate, train_one_epoch
-from trtqat.train.recipes import build_optimizer, build_scheduler
+from trtqat.runs import distributed as D
+from trtqat.runs.loop import cosine_lambda, evaluate, train_one_epoch
+from trtqat.runs.recipes import build_optimizer, build_scheduler
 
 
 def test_cosine_starts_at_one_and_ends_at_final_ratio():

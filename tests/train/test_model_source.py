@@ -7,9 +7,9 @@ import torch
 from byom_testlib import make_float, write_model
 
 from trtqat.errors import TrtqatError
-from trtqat.train import model_source as ms
-from trtqat.train.checkpoint import build_from_checkpoint
-from trtqat.train.ptq import CalibrateConfig, calibrate
+from trtqat.families import build_from_checkpoint
+from trtqat.families.cnn import model_source as ms
+from trtqat.stages.calibrate import CalibrateConfig, calibrate
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -10,15 +11,18 @@ import pytest
 import torch
 import yaml
 
+from trtqat.families import build_from_checkpoint
 from trtqat.families.cnn import CNNFamily
+from trtqat.families.cnn.models import build_model
+from trtqat.families.types import StageResult
 from trtqat.quant.model_ops import quantizers
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-from trtqat.train.fp32 import TrainConfig, train_fp32
-from trtqat.train.loop import NonFiniteLossError
-from trtqat.train.models import build_model
-from trtqat.train.qat import QATConfig, qat_finetune
-from trtqat.train.recipes import ConfigError
-from trtqat.train.run_dir import RunDirError, read_metrics
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.loop import NonFiniteLossError
+from trtqat.runs.recipes import ConfigError
+from trtqat.runs.run_dir import RunDirError, read_metrics
+from trtqat.stages.export import ExportOptions, ExportRun, export_checkpoint
+from trtqat.stages.qat import QATConfig, qat_finetune
+from trtqat.stages.train import TrainConfig, train_fp32
 
 RECORD_KEYS = {"stage", "epoch", "train_loss", "train_top1", "train_top5", "val_loss",
                "val_top1", "val_top5", "lr", "images_per_s", "wall_time_s"}
@@ -140,7 +144,24 @@ def test_qat_derives_its_schedule_from_the_fp32_run(ptq_run, tmp_path):
     for name, q in after.items():
         if before[name].amax is not None:
             assert torch.equal(q.amax, before[name].amax), name
-    assert result["best_top1"] >= 0
+    assert isinstance(result, StageResult) and result.stage == "qat" and result.out == str(out)
+    assert result.last == records[-1] and result.best == max(r["val_top1"] for r in records[1:])
+    assert result.before == pytest.approx(records[0]["val_top1"])
+    assert result.summary == f"qat: best val top-1 {result.best:.2f}%; run folder {out}"
+    # the dict of earlier versions, read-only
+    assert result["best_top1"] == result.best and result["start_top1"] == result.before
+    assert result["last"] is result.last and dict(result)["summary"] == result.summary
+
+
+def test_export_checkpoint_returns_what_it_wrote(ptq_run, tmp_path):
+    run = export_checkpoint(ExportOptions(checkpoint=str(ptq_run / "best.pt"), variant="fp32",
+                                          out=str(tmp_path / "onnx"), val_batches=1),
+                            echo=lambda _: None)
+    assert isinstance(run, ExportRun) and run.family == "cnn" and run.out == tmp_path / "onnx"
+    assert [r.variant for r in run.results] == ["fp32"] and all(r.passed for r in run.results)
+    assert run.files == [tmp_path / "onnx" / "resnet18-ptq-entropy-fp32.onnx"]
+    assert run.files[0].is_file()
+    assert json.loads(run.summary_file.read_text())["results"][0]["written"] is True
 
 
 def test_qat_resume(ptq_run, tmp_path):
@@ -163,7 +184,7 @@ def test_configs_check_their_options():
         TrainConfig(resume=True, overwrite=True)
     with pytest.raises(ConfigError, match="--checkpoint"):
         QATConfig()
-    from trtqat.train.ptq import CalibrateConfig
+    from trtqat.stages.calibrate import CalibrateConfig
 
     with pytest.raises(ConfigError, match="--method"):
         CalibrateConfig(checkpoint="x.pt", method="kl")

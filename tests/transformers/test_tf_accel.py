@@ -8,9 +8,10 @@ import yaml
 from torch import nn
 
 from trtqat.cli import main
-from trtqat.train import accel
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-from trtqat.train.run_dir import read_metrics
+from trtqat.families import build_from_checkpoint
+from trtqat.runs import accel
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.run_dir import read_metrics
 
 FAST = ["--max-length", "16", "--batch-size", "4", "--no-progress", "--device", "cpu"]
 

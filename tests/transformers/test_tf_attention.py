@@ -9,16 +9,16 @@ import torch
 from torch import nn
 
 from trtqat.errors import QuantConfigError
+from trtqat.families.encoder.minilm import load_backbone, tokenize
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.modules import QuantLinear
-from trtqat.transformers.attention import (
+from trtqat.quant.plugins.attention import (
     ATTN_IMPLEMENTATION,
     attention_modules,
     quant_matmuls,
     quantize_transformer,
 )
-from trtqat.transformers.matmul import QuantMatMul
-from trtqat.transformers.minilm import load_backbone, tokenize
+from trtqat.quant.plugins.matmul import QuantMatMul
 
 
 def test_every_attention_gets_two_quant_matmuls(tiny):

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_bert import calibrated_encoder
 
-from trtqat.train.checkpoint import CheckpointError, load_checkpoint
-from trtqat.transformers.checkpoint import (
+from trtqat.families.encoder.checkpoint import (
     build_encoder_from_checkpoint,
     encoder_spec,
     is_encoder_checkpoint,
     load_encoder_checkpoint,
     save_encoder_checkpoint,
 )
-from trtqat.transformers.minilm import embed
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.families.encoder.minilm import embed
+from trtqat.runs.checkpoint import CheckpointError, load_checkpoint
 
 
 def test_quantized_round_trip(tiny_dir, tiny, sentences, tmp_path):
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    q = calibrated_encoder(model, tok, sentences, max_length=32)
     spec = encoder_spec(tiny_dir, quantized=True, max_length=32)
     path = save_encoder_checkpoint(tmp_path / "ptq.pt", q, stage="ptq", spec=spec,
                                    metrics={"mean_cosine": 0.99})
@@ -55,10 +55,10 @@ def test_wrong_checkpoints_are_refused(tiny_dir, tiny, tmp_path):
 
 
 def test_qat_checkpoint_with_learned_ranges(tiny_dir, tiny, sentences, tmp_path):
-    from trtqat.transformers.recipes import EncoderQATConfig, qat_encoder
+    from trtqat.families.encoder.recipes import EncoderQATConfig, qat_encoder
 
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    q = calibrated_encoder(model, tok, sentences, max_length=32)
     qat_encoder(q, model, tok, sentences, EncoderQATConfig(max_steps=1, batch_size=4,
                                                            max_length=32, learn_amax=True))
     path = save_encoder_checkpoint(tmp_path / "qat.pt", q, stage="qat",

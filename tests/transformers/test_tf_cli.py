@@ -10,10 +10,11 @@ import torch
 import yaml
 
 from trtqat.cli import main
-from trtqat.train.checkpoint import build_from_checkpoint, load_checkpoint
-from trtqat.train.run_dir import read_metrics
-from trtqat.transformers.checkpoint import is_encoder_checkpoint
-from trtqat.transformers.minilm import SentenceEncoder
+from trtqat.families import build_from_checkpoint
+from trtqat.families.encoder.checkpoint import is_encoder_checkpoint
+from trtqat.families.encoder.minilm import SentenceEncoder
+from trtqat.runs.checkpoint import load_checkpoint
+from trtqat.runs.run_dir import read_metrics
 
 WORDS = ("the quick brown fox jumps over lazy dog return a new list containing every item of "
          "sequence quantized model runs its matrix products in eight bit integers").split()
@@ -158,7 +159,7 @@ def test_calibrate_from_an_fp32_encoder_checkpoint(runs):
     assert ckpt["stage"] == "ptq" and ckpt["calib"]["percentile"] == 99.9
     assert ckpt["model"]["skip_layers"] == ["*output.dense"]
     assert fp32.stat().st_mtime_ns == before  # the reference is the source: left alone
-    from trtqat.compare.variants import discover
+    from trtqat.stages.compare.variants import discover
 
     names = [v.name for v in discover(root)[0]]
     assert "ptq-percentile-99.9" in names and "fp32" in names

@@ -9,15 +9,16 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
+from tiny_bert import calibrated_encoder  # noqa: E402
+
 from trtqat.cli import main  # noqa: E402
 from trtqat.export import artifact_name  # noqa: E402
-from trtqat.transformers.checkpoint import encoder_spec, save_encoder_checkpoint  # noqa: E402
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder  # noqa: E402
+from trtqat.families.encoder.checkpoint import encoder_spec, save_encoder_checkpoint  # noqa: E402
 
 
 def test_int8_export_of_an_encoder_checkpoint(tiny, tiny_dir, sentences, tmp_path, capsys):
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    q = calibrated_encoder(model, tok, sentences, max_length=32)
     ckpt = save_encoder_checkpoint(tmp_path / "run" / "best.pt", q, stage="ptq",
                                    spec=encoder_spec(arch=tiny_dir, quantized=True,
                                                      max_length=32))
@@ -61,7 +62,7 @@ def test_int8_of_an_fp32_encoder_checkpoint_is_refused(tiny, tiny_dir, tmp_path,
 def test_sensitivity_asks_the_family_and_refuses_an_encoder(tiny, tiny_dir, sentences,
                                                             tmp_path, capsys):
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    q = calibrated_encoder(model, tok, sentences, max_length=32)
     ckpt = save_encoder_checkpoint(tmp_path / "best.pt", q, stage="ptq",
                                    spec=encoder_spec(arch=tiny_dir, quantized=True))
     assert main(["sensitivity", "--checkpoint", str(ckpt), "--no-progress"]) == 1

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+from tiny_bert import calibrated_encoder
 
 
 @pytest.mark.parametrize("learn_amax", [False, True])
 def test_quantized_tiny_bert_traces_without_graph_break(tiny, sentences, learn_amax):
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=16))
+    q = calibrated_encoder(model, tok, sentences, max_length=16)
     if learn_amax:
         for module in q.modules():
             if hasattr(module, "init_learn_amax") and module.amax is not None and \

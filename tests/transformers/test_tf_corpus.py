@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtqat.transformers.corpus import (
+from trtqat.families.encoder.corpus import (
     CorpusError,
     builtin_sentences,
     load_corpus,

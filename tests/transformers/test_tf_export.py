@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_bert import calibrated_encoder
 
-from trtqat.quant import export_mode
-from trtqat.transformers.export import (
+from trtqat.families.encoder.export import (
     OUTPUT_NAMES,
     encoder_dynamic_axes,
     encoder_input_names,
     encoder_shapes,
     example_inputs_for_encoder,
 )
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder
+from trtqat.quant import export_mode
 
 
 def test_example_inputs(tiny):
@@ -38,7 +38,7 @@ def test_int8_onnx_has_qdq_on_every_matmul_input_and_matches_ort(tiny, sentences
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(method="max", max_length=32))
+    q = calibrated_encoder(model, tok, sentences, max_length=32)
     ex = example_inputs_for_encoder(tok, 2, 16, sentences)
     path = tmp_path / "tiny-int8.onnx"
     with export_mode.enabled(), torch.no_grad():

@@ -9,7 +9,7 @@ import torch
 from trtqat.errors import QuantConfigError
 from trtqat.quant import QuantDescriptor
 from trtqat.quant.model_ops import collect_stats, compute_amax
-from trtqat.transformers.matmul import QuantMatMul
+from trtqat.quant.plugins.matmul import QuantMatMul
 
 
 def ref_fake_quant(x: np.ndarray, amax: float) -> np.ndarray:

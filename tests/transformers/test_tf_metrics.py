@@ -8,7 +8,7 @@ import torch
 from scipy.stats import rankdata as scipy_rankdata
 from scipy.stats import spearmanr
 
-from trtqat.transformers.metrics import (
+from trtqat.families.encoder.metrics import (
     embedding_fidelity,
     mean_cosine,
     rankdata,

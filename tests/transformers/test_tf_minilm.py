@@ -7,9 +7,9 @@ import socket
 import pytest
 import torch
 
-from trtqat.transformers.metrics import embedding_fidelity
-from trtqat.transformers.minilm import ModelNotFoundError, embed, load_encoder, model_dir
-from trtqat.transformers.recipes import collect_encoder_stats, quantized_copy, set_amax
+from trtqat.families.encoder.metrics import embedding_fidelity
+from trtqat.families.encoder.minilm import ModelNotFoundError, embed, load_encoder, model_dir
+from trtqat.families.encoder.recipes import collect_encoder_stats, quantized_copy, set_amax
 
 
 @pytest.fixture(scope="module")

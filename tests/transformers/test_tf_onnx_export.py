@@ -9,20 +9,20 @@ import torch
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
+from tiny_bert import calibrated_encoder  # noqa: E402
+
 from trtqat.export import ExportError, ValidationError, lint_model  # noqa: E402
 from trtqat.export.validate import ort_session  # noqa: E402
-from trtqat.transformers import export_encoder, quantize_transformer  # noqa: E402
-from trtqat.transformers import onnx_export as enc_export  # noqa: E402
-from trtqat.transformers.export import example_inputs_for_encoder  # noqa: E402
-from trtqat.transformers.onnx_export import EncoderExporter, fidelity_check  # noqa: E402
-from trtqat.transformers.recipes import EncoderCalibConfig, calibrate_encoder  # noqa: E402
+from trtqat.families.encoder import export_encoder, quantize_transformer  # noqa: E402
+from trtqat.families.encoder import onnx_export as enc_export  # noqa: E402
+from trtqat.families.encoder.export import example_inputs_for_encoder  # noqa: E402
+from trtqat.families.encoder.onnx_export import EncoderExporter, fidelity_check  # noqa: E402
 
 
 @pytest.fixture
 def calibrated(tiny, sentences):
     model, tok = tiny
-    return calibrate_encoder(model, tok, sentences,
-                             EncoderCalibConfig(method="max", max_length=32)), tok
+    return calibrated_encoder(model, tok, sentences, max_length=32), tok
 
 
 def _dims(value) -> list:

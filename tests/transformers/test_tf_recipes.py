@@ -6,28 +6,32 @@ import copy
 
 import pytest
 import torch
+from tiny_bert import calibrated_encoder
 
 from trtqat.errors import QuantizerStateError
-from trtqat.quant.model_ops import quantizers
-from trtqat.transformers.minilm import embed, tokenize
-from trtqat.transformers.recipes import (
+from trtqat.families.encoder.minilm import embed, tokenize
+from trtqat.families.encoder.recipes import (
+    CalibOptions,
     EncoderCalibConfig,
     EncoderConfigError,
     EncoderQATConfig,
     calibrate_encoder,
+    calibrated_copy,
     collect_encoder_stats,
     distillation_loss,
     qat_encoder,
     quantized_copy,
     set_amax,
 )
+from trtqat.quant.model_ops import quantizers
+from trtqat.stages.calibrate import CalibrateConfig
 
 MAX_LEN = 32
 
 
 def test_calibrate_encoder_every_method(tiny, sentences):
     model, tok = tiny
-    q = calibrate_encoder(model, tok, sentences, EncoderCalibConfig(
+    q = calibrated_copy(model, tok, sentences, CalibrateConfig(
         method="max", batch_size=4, max_length=MAX_LEN))
     assert not any(True for _ in quantizers(model))  # the FP32 model is untouched
     name = "backbone.encoder.layer.1.attention.self.matmul_av._input_quantizer"
@@ -43,8 +47,7 @@ def test_calibrate_encoder_every_method(tiny, sentences):
 
 def test_qat_lowers_the_distillation_loss(tiny, sentences):
     teacher, tok = tiny
-    student = calibrate_encoder(teacher, tok, sentences, EncoderCalibConfig(
-        method="max", batch_size=8, max_length=MAX_LEN))
+    student = calibrated_encoder(teacher, tok, sentences, max_length=MAX_LEN, batch_size=8)
     with torch.no_grad():  # a random tiny BERT barely moves under INT8: start it off target
         for name, p in student.named_parameters():
             if name.endswith("dense.weight"):
@@ -66,8 +69,7 @@ def test_qat_lowers_the_distillation_loss(tiny, sentences):
 
 def test_qat_mse_loss_and_learned_amax(tiny, sentences):
     teacher, tok = tiny
-    student = calibrate_encoder(teacher, tok, sentences, EncoderCalibConfig(
-        method="max", batch_size=8, max_length=MAX_LEN))
+    student = calibrated_encoder(teacher, tok, sentences, max_length=MAX_LEN, batch_size=8)
     hist = qat_encoder(student, teacher, tok, sentences, EncoderQATConfig(
         max_steps=2, epochs=5, batch_size=4, max_length=MAX_LEN, loss="mse", learn_amax=True))
     assert hist["steps"] == 2
@@ -97,10 +99,22 @@ def test_collect_needs_sentences(tiny):
         collect_encoder_stats(quantized_copy(model), tok, [])
 
 
+def test_the_encoder_only_calibration_verb_still_works_but_is_deprecated(tiny, sentences):
+    model, tok = tiny
+    with pytest.warns(DeprecationWarning, match=r"EncoderCalibConfig is deprecated.*quantize"):
+        cfg = EncoderCalibConfig(method="max", batch_size=4, max_length=MAX_LEN)
+    with pytest.warns(DeprecationWarning, match=r"calibrate_encoder is deprecated.*quantize"):
+        q = calibrate_encoder(model, tok, sentences, cfg)
+    qs = [q for _, q in quantizers(q) if not q.disabled]
+    assert qs and all(q.amax is not None for q in qs)
+    with pytest.warns(DeprecationWarning), pytest.raises(EncoderConfigError, match="--method"):
+        EncoderCalibConfig(method="kl")
+
+
 @pytest.mark.parametrize("cls,kwargs,match", [
-    (EncoderCalibConfig, {"method": "kl"}, "unknown --method"),  # trtqat calibrate's config
-    (EncoderCalibConfig, {"percentile": 0}, "percentile"),
-    (EncoderCalibConfig, {"batch_size": 0}, "--batch-size"),
+    (CalibOptions, {"method": "kl"}, "unknown --method"),  # trtqat calibrate's config
+    (CalibOptions, {"percentile": 0}, "percentile"),
+    (CalibOptions, {"batch_size": 0}, "--batch-size"),
     (EncoderQATConfig, {"loss": "l1"}, "unknown loss"),
     (EncoderQATConfig, {"lr": -1.0}, "lr"),
     (EncoderQATConfig, {"warmup_ratio": 1.0}, "warmup_ratio"),

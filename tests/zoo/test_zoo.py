@@ -68,7 +68,7 @@ FAMILIES = {
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_exports_and_runs_as_int8(family, tmp_path, one_thread):
-    from trtqat.zoo import quantize_model, run_ptq
+    from trtqat.stages.zoo import quantize_model, run_ptq
 
     name, build, size = FAMILIES[family]
     torch.manual_seed(0)

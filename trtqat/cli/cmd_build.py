@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build, save, print one summary line."""
-    from trtqat.engines import builder_class, canonical_backend
+    from trtqat.engines import build_engine, canonical_backend
     from trtqat.engines.fileformat import sidecar_path
     from trtqat.engines.registry import default_backend
 
@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     backend = canonical_backend(args.backend or default_backend())
     warn_ignored_flags(args, backend, loading=False)
     start = time.perf_counter()
-    engine = builder_class(backend)(build_options_from_args(args)).build(args.onnx)
-    path = engine.save(args.out)
+    engine = build_engine(args.onnx, backend, build_options_from_args(args), out=args.out)
+    path = engine.path
     inputs = ", ".join(spec.describe() for spec in engine.inputs)
     print(f"built {path} (metadata in {sidecar_path(path).name}; {backend} "
           f"{engine.header.get('backend_version')}) in "

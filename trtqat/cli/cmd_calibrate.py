@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat calibrate``."""
-    from trtqat.train.ptq import CalibrateConfig, calibrate
+    from trtqat.stages.calibrate import CalibrateConfig, calibrate
 
     O.print_summary(calibrate(O.config_from(CalibrateConfig, args)))
     return 0

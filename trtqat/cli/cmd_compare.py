@@ -51,8 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat compare``."""
-    from trtqat.compare.run import CompareConfig, compare
+    from trtqat.stages.compare.run import CompareConfig, compare
 
     report = compare(O.config_from(CompareConfig, args))
     # a failed variant or a failed check is in the report, and in the exit code
-    return 1 if report.get("partial") or report.get("failed_checks") else 0
+    return 0 if report.ok else 1

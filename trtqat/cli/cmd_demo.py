@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat demo``."""
-    from trtqat.demo import DemoConfig, run_demo
+    from trtqat.stages.demo import DemoConfig, run_demo
 
     report = run_demo(O.config_from(DemoConfig, args))
-    return 1 if report.get("partial") else 0
+    return 1 if report.partial else 0

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat qat``."""
-    from trtqat.train.qat import QATConfig, qat_finetune
+    from trtqat.stages.qat import QATConfig, qat_finetune
 
     O.print_summary(qat_finetune(O.config_from(QATConfig, args)))
     return 0

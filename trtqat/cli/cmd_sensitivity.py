@@ -49,8 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat sensitivity``."""
-    from trtqat.train.sensitivity import SensitivityConfig, sensitivity
-    from trtqat.train.sensitivity_report import format_suggestion, format_table
+    from trtqat.stages.sensitivity import SensitivityConfig, sensitivity
+    from trtqat.stages.sensitivity_report import format_suggestion, format_table
 
     result = sensitivity(O.config_from(SensitivityConfig, args))
     print(format_table(result, args.top))

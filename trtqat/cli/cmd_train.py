@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trtqat train``."""
-    from trtqat.train.fp32 import TrainConfig, train_fp32
+    from trtqat.stages.train import TrainConfig, train_fp32
 
     O.print_summary(train_fp32(O.config_from(TrainConfig, args)))
     return 0

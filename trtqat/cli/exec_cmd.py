@@ -240,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
         BenchmarkSettings,
         OptionsError,
         backend_info,
-        builder_class,
+        benchmark,
+        build_engine,
         canonical_backend,
         load_engine,
     )
@@ -274,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     if args.onnx:
         backend = backend or default_backend()
         warn_ignored_flags(args, backend, loading=False)
-        engine = builder_class(backend)(options).build(args.onnx)
+        engine = build_engine(args.onnx, backend, options)
         verb, source = "built", args.onnx
     else:
         engine = load_engine(args.loadEngine, backend)
@@ -301,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         streams=args.infStreams or 1)
     with engine.runner(**kwargs) as runner:
         _say("Starting inference")
-        result = runner.benchmark(feed, settings)
+        result = benchmark(runner, inputs=feed, settings=settings)
         _say(f"Data transfers {'included' if result.data_transfers else 'excluded'}, CUDA graph "
              f"{'on' if result.cuda_graph else 'off'}")
         for line in result.trace_lines():

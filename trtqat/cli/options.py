@@ -24,7 +24,7 @@ import dataclasses
 import os
 import sys
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtqat.cli.validate import (
     BadValue,
@@ -38,6 +38,9 @@ from trtqat.cli.validate import (
     writable_dir,
     writable_file,
 )
+
+if TYPE_CHECKING:
+    from trtqat.families.types import StageResult
 
 Group = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -74,7 +77,7 @@ SECONDS = finite_float(gt=0, unit="seconds")
 
 def image_size_arg(text: str) -> int | tuple[int, int]:
     """argparse type of --image-size/--resize: N or HxW."""
-    from trtqat.train.data_sources import DataSourceError, parse_size
+    from trtqat.sizes import DataSourceError, parse_size
 
     try:
         return parse_size(text)
@@ -277,7 +280,7 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
 
 
 def add_accel_args(p: argparse.ArgumentParser) -> None:
-    """--amp, --channels-last, --compile (trtqat.train.accel; CNNs and encoders alike)."""
+    """--amp, --channels-last, --compile (trtqat.runs.accel; CNNs and encoders alike)."""
     from trtqat.runopts import AMP_CHOICES
 
     g = p.add_argument_group("speed (checkpoints stay float32)")
@@ -338,7 +341,7 @@ def config_from(cls: type, args: argparse.Namespace) -> Any:
     return cls(**values)
 
 
-def print_summary(result: dict[str, Any]) -> None:
-    """A verb's closing line (``result["summary"]``) on stderr, from rank 0 only."""
+def print_summary(result: StageResult) -> None:
+    """A stage verb's closing line (``result.summary``) on stderr, from rank 0 only."""
     if os.environ.get("RANK", "0") == "0":
-        print(result["summary"], file=sys.stderr)
+        print(result.summary, file=sys.stderr)

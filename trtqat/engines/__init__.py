@@ -1,11 +1,11 @@
 """Engines: build, save, load and run ONNX models with ONNX Runtime or TensorRT.
 
-    from trtqat.engines import build_engine, load_engine, BenchmarkSettings
-    engine = build_engine("model.onnx", "ort", shapes={"input": (1, 3, 224, 224)})
-    engine.save("engines/model.engine")
+    from trtqat.engines import benchmark, build_engine, load_engine
+    engine = build_engine("model.onnx", "ort", shapes={"input": (1, 3, 224, 224)},
+                          out="engines/model.engine")
     with load_engine("engines/model.engine").runner() as runner:
         outputs = runner.infer({"input": x})
-        result = runner.benchmark({"input": x}, BenchmarkSettings(duration_s=1))
+    result = benchmark("engines/model.engine", inputs={"input": x}, duration=1.0)
     print("\\n".join(result.summary_lines()))
 
 Importing this package never imports tensorrt, pycuda or cuda-python, nor touches CUDA:
@@ -13,6 +13,7 @@ backends load on first use.
 """
 
 from trtqat.engines.base import Builder, Engine, Runner, random_feed
+from trtqat.engines.bench import benchmark
 from trtqat.engines.errors import (
     BackendUnavailableError,
     CudaError,
@@ -41,6 +42,6 @@ __all__ = [
     "BackendInfo", "BackendUnavailableError", "BenchmarkResult", "BenchmarkSettings", "BuildOptions", "Builder",
     "CudaError", "Engine", "EngineBuildError", "EngineError", "EngineFileError", "InputError",
     "ModelFileError", "OptionsError", "QueryTimes", "Runner", "ShapeError", "TensorSpec",
-    "backend_info", "backend_names", "build_engine", "builder_class", "canonical_backend", "engine_class",
-    "load_engine", "parse_shapes", "random_feed",
+    "backend_info", "backend_names", "benchmark", "build_engine", "builder_class",
+    "canonical_backend", "engine_class", "load_engine", "parse_shapes", "random_feed",
 ]

@@ -41,6 +41,7 @@ class Engine(ABC):
         self.header = dict(header, backend=self.backend)
         self.inputs = tuple(TensorSpec.from_json(d) for d in self.header.get("inputs", ()))
         self.outputs = tuple(TensorSpec.from_json(d) for d in self.header.get("outputs", ()))
+        self.path: Path | None = None  # the file it was loaded from or last saved to
 
     @property
     def build_options(self) -> BuildOptions:
@@ -62,8 +63,9 @@ class Engine(ABC):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the plain engine (the backend's bytes, unchanged) and its ``.json`` sidecar,
-        each atomically; returns the engine's path."""
-        return write_engine_files(path, self.header, self.payload)
+        each atomically; returns the engine's path (also :attr:`path` from now on)."""
+        self.path = write_engine_files(path, self.header, self.payload)
+        return self.path
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Engine:
@@ -76,13 +78,16 @@ class Engine(ABC):
         """An engine from what :func:`read_engine_files` found."""
         path, header = found.path, found.header
         if header is None:
-            return cls._load_plain(path, found.payload, found.kind)
-        backend = header.get("backend")
-        if backend != cls.backend:
-            raise EngineFileError(f"{path} is a '{backend}' engine, not '{cls.backend}'; run it "
-                                  f"with --backend={backend} (or backend='{backend}')")
-        cls._check_version(path, header)
-        return cls(found.payload, header)
+            engine = cls._load_plain(path, found.payload, found.kind)
+        else:
+            backend = header.get("backend")
+            if backend != cls.backend:
+                raise EngineFileError(f"{path} is a '{backend}' engine, not '{cls.backend}'; run "
+                                      f"it with --backend={backend} (or backend='{backend}')")
+            cls._check_version(path, header)
+            engine = cls(found.payload, header)
+        engine.path = Path(path)
+        return engine
 
     @classmethod
     @abstractmethod

@@ -217,10 +217,32 @@ def engine_class(name: str) -> type[Engine]:
     return _attr(name, "engine")
 
 
-def build_engine(onnx_path: str | os.PathLike[str], backend: str = DEFAULT_BACKEND,
-                 options: BuildOptions | None = None, **option_kwargs: Any) -> Engine:
-    """Build an engine: ``build_engine("m.onnx", "ort", shapes={"x": (1, 3, 32, 32)})``."""
-    return builder_class(backend)(options, **option_kwargs).build(onnx_path)
+def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
+                 options: BuildOptions | None = None, *, out: str | os.PathLike[str] | None = None,
+                 **option_kwargs: Any) -> Engine:
+    """Build an engine from an ONNX file, as ``trtqat build`` does; ``out``: save it there
+    (the backend's file and its ``.json`` sidecar, each atomically; ``engine.path``).
+
+    ``backend``: ``"ort"`` (ONNX Runtime, the default) or ``"tensorrt"``. Build options are
+    :class:`~trtqat.engines.specs.BuildOptions` fields, given as ``options`` or as keywords
+    (which change ``options``); shapes are dicts or trtexec strings::
+
+        engine = trtqat.build_engine("m.onnx", shapes={"input": (8, 3, 224, 224)},
+                                     out="m.engine")
+        engine = trtqat.build_engine("m.onnx", "tensorrt", shapes="input:8x3x224x224")
+
+    Raises the :mod:`trtqat.engines.errors` the command line reports.
+    """
+    from trtqat.engines.specs import parse_shapes
+
+    for key in ("shapes", "min_shapes", "opt_shapes", "max_shapes"):
+        if isinstance(option_kwargs.get(key), str):
+            option_kwargs[key] = parse_shapes(option_kwargs[key], key)
+    engine = builder_class(backend or default_backend())(options, **option_kwargs).build(
+        onnx_path)
+    if out is not None:
+        engine.save(out)
+    return engine
 
 
 def load_engine(path: str | os.PathLike[str], backend: str | None = None) -> Engine:

@@ -224,6 +224,12 @@ class BenchmarkResult:
         """Stats of ``latency_ms``, ``enqueue_ms``, ``h2d_ms``, ``compute_ms`` or ``d2h_ms``."""
         return Stats.of(self._values(attr), self.settings.percentiles)
 
+    # trtexec's summary figures (ms): min, max, mean, median, percentiles and spread (cov, %)
+    latency = property(lambda self: self.stats("latency_ms"), doc="Host latency (H2D + "
+                       "compute + D2H) statistics, ms.")
+    compute = property(lambda self: self.stats("compute_ms"), doc="Compute time statistics.")
+    enqueue = property(lambda self: self.stats("enqueue_ms"), doc="Enqueue time statistics.")
+
     @property
     def walltime_ms(self) -> float:
         """From the first counted query's start to the last one's end (the earliest start and

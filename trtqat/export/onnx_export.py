@@ -37,6 +37,7 @@ from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import clip_to_fp16_range, convert_to_fp16
+from trtqat.export.inputs import as_inputs, named_inputs, validation_inputs
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
@@ -71,14 +72,6 @@ class ExportPlan:
     float32_ops: tuple[str, ...] = ()             # ONNX ops kept float32 in fp16 variants
 
 
-def as_inputs(example_inputs: Any) -> tuple[torch.Tensor, ...]:
-    """A tensor or tuple of tensors as a tuple (float inputs as float32, on the CPU)."""
-    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
-        raise ExportError("example_inputs must be a tensor or a tuple of tensors")
-    return tuple((t.float() if t.is_floating_point() else t).detach().cpu() for t in inputs)
-
-
 def image_plan(example_inputs: Any, *, dynamic_batch: bool = True,
                validation_data: Iterable | None = None,
                dynamic_axes: Iterable[str] | None = None, fold_bn: bool = True) -> ExportPlan:
@@ -99,6 +92,20 @@ def image_plan(example_inputs: Any, *, dynamic_batch: bool = True,
                       dynamic_batch=dynamic_batch, dynamic_axes=axes,
                       batch=None if dynamic_batch else int(inputs[0].shape[0]),
                       validation=data, fold_bn=fold_bn)
+
+
+def model_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = True,
+               validation_data: Iterable | None = None,
+               dynamic_axes: Iterable[str] | None = None, fold_bn: bool = True,
+               checks: Checks = classifier_checks) -> ExportPlan:
+    """:func:`image_plan` of ``model`` whose example and validation inputs may also be dicts
+    by ``forward`` argument name (their keys name the ONNX inputs), checked by ``checks``."""
+    inputs, names = named_inputs(model, example_inputs)
+    plan = image_plan(inputs, dynamic_batch=dynamic_batch, dynamic_axes=dynamic_axes,
+                      fold_bn=fold_bn)
+    plan.input_names, plan.validation = names, validation_inputs(model, validation_data)
+    plan.checks = checks
+    return plan
 
 
 def io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
@@ -210,8 +217,8 @@ class Exporter:
                             "the model to export", "no file written; export a checkpoint "
                             "trained with a lower --lr")
         self.model = model
-        self.plan = example_inputs if isinstance(example_inputs, ExportPlan) else image_plan(
-            example_inputs, dynamic_batch=dynamic_batch, validation_data=validation_data,
+        self.plan = example_inputs if isinstance(example_inputs, ExportPlan) else model_plan(
+            model, example_inputs, dynamic_batch=dynamic_batch, validation_data=validation_data,
             dynamic_axes=dynamic_axes, fold_bn=fold_bn)
         self.inputs = self.plan.inputs
         self.dynamic_axes = self.plan.dynamic_axes
@@ -329,22 +336,27 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 variant: str = "int8", opset: int = 17, dynamic_batch: bool = True, *,
                 io_dtype: str = "float32", fold_bn: bool = True, validate: bool = True,
                 validation_data: Iterable | None = None,
-                dynamic_axes: Iterable[str] | None = None) -> ExportResult:
+                dynamic_axes: Iterable[str] | None = None,
+                metadata: dict[str, str] | None = None) -> ExportResult:
     """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16) to ``path``.
 
-    ``example_inputs``: an :class:`ExportPlan`, or a tensor or tuple of tensors (their batch
-    size is the fixed batch when ``dynamic_batch`` is False). INT8 variants need calibrated
+    The exporter itself, with the classifier checks unless ``example_inputs`` is a plan;
+    ``trtqat.export_onnx`` adds what the model's family needs (its plan and checks).
+    ``example_inputs``: an :class:`ExportPlan`, or a tensor, tuple of tensors or dict of
+    tensors by ``forward`` argument name (their batch size is the fixed batch when
+    ``dynamic_batch`` is False). INT8 variants need calibrated
     quantizers; fp32/fp16 run with quantizers disabled. BatchNorm is folded first
     (``fold_bn``). Unless ``validate`` is False the file is checked against PyTorch on the
     example inputs and on ``validation_data`` (an iterable of batches or ``(inputs,
     labels)``), plus the Q/DQ lint for INT8; a failure raises :class:`ValidationError` and
     keeps no file. ``dynamic_axes`` (of ``batch``, ``height``, ``width``) replaces
-    ``dynamic_batch`` for image inputs, e.g. ``("batch", "height", "width")``.
-    Returns the :class:`ExportResult` (path, opset, every check).
+    ``dynamic_batch`` for image inputs, e.g. ``("batch", "height", "width")``; ``metadata``
+    is added to the file's. Returns the :class:`ExportResult` (path, opset, every check).
     """
     exporter = Exporter(model, example_inputs, dynamic_batch=dynamic_batch, fold_bn=fold_bn,
                         validation_data=validation_data, dynamic_axes=dynamic_axes)
-    return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate)
+    return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate,
+                           metadata=metadata)
 
 
 def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, channels: int = 3,
@@ -356,6 +368,7 @@ def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, chann
     return torch.randn(batch, channels, h, w, generator=gen)
 
 
-__all__ = ["EXPORT_OPSET", "ExportPlan", "ExportResult", "Exporter", "as_deployed",
+__all__ = ["EXPORT_OPSET", "ExportPlan", "ExportResult", "Exporter", "as_deployed", "as_inputs",
            "check_quantizers", "check_writable", "convert_opset", "export_onnx",
-           "finish_model", "image_plan", "make_example_inputs", "prepare", "quantize_weights"]
+           "finish_model", "image_plan", "make_example_inputs", "model_plan", "prepare",
+           "quantize_weights"]

@@ -6,6 +6,7 @@ stage code calls its hooks and never tests a family name itself.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from functools import cache
 from typing import Any
@@ -17,9 +18,11 @@ from trtqat.families.base import (
     ExportInputs,
     ModelFamily,
     StageData,
+    StageResult,
     UnsupportedStageError,
 )
 from trtqat.families.registry import FAMILIES
+from trtqat.runs import checkpoint as _checkpoint
 
 
 class UnknownFamilyError(TrtqatError, ValueError):
@@ -62,24 +65,44 @@ def of_checkpoint(ckpt: dict[str, Any]) -> ModelFamily:
     return get("cnn")
 
 
+def of_module(model: Any) -> ModelFamily:
+    """The family of an in-memory model (the first that claims it; CNN is the fallback)."""
+    for family in all_families():
+        if family.claims_module(model):
+            return family
+    return get("cnn")
+
+
 def of_source(checkpoint: str | None, model: str | None = None
               ) -> tuple[ModelFamily, dict[str, Any] | None]:
     """The family of a stage's input and the loaded checkpoint: ``--checkpoint`` when given
     (its tag), else ``--model`` (no checkpoint: None)."""
     if checkpoint:
-        from trtqat.train.checkpoint import load_checkpoint
+        from trtqat.runs.checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(checkpoint)
         return of_checkpoint(ckpt), ckpt
     return of_model(model or ""), None
 
 
-def summarized(family: ModelFamily, stage: str, result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` with ``"summary"``: the family's closing line of ``stage`` (for calibrate,
-    labelled with the amax method the run used)."""
-    method = (result.get("last") or {}).get("method")
+def build_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None = None) -> Any:
+    """Rebuild the model a checkpoint describes and load its weights, whatever its family
+    (``of_checkpoint(ckpt).load``).
+
+    ``quantized=None`` builds what the checkpoint holds; ``True`` on an FP32 checkpoint gives
+    an uncalibrated quantized model with the FP32 weights (the start of PTQ); ``False`` on a
+    quantized one gives its weights in float.
+    """
+    return of_checkpoint(ckpt).load(ckpt, quantized)
+
+
+def summarized(family: ModelFamily, stage: str, result: StageResult) -> StageResult:
+    """``result`` of ``stage`` with its :attr:`~StageResult.summary`: the family's closing
+    line (for calibrate, labelled with the amax method the run used)."""
+    result = dataclasses.replace(StageResult.of(stage, result), stage=stage)
+    method = (result.last or {}).get("method")
     label = f"{stage} ({method})" if stage == "calibrate" and method else stage
-    return {**result, "summary": family.describe(label, result)}
+    return dataclasses.replace(result, summary=family.describe(label, result))
 
 
 def of_onnx(model: Any) -> ModelFamily:
@@ -95,6 +118,11 @@ def of_onnx(model: Any) -> ModelFamily:
     return get("cnn")
 
 
-__all__ = ["FAMILY_KEY", "of_onnx", "EngineHints", "ExportInputs", "ModelFamily", "StageData", "UnknownFamilyError",
-           "UnsupportedStageError", "all_families", "get", "names", "of_checkpoint", "of_model",
+# the checkpoint loader checks each family's required "model" keys
+_checkpoint.register_spec_keys(lambda ckpt: of_checkpoint(ckpt).spec_keys)
+
+__all__ = ["FAMILY_KEY", "EngineHints", "ExportInputs", "ModelFamily", "StageData",
+           "StageResult", "UnknownFamilyError", "UnsupportedStageError", "all_families",
+           "build_from_checkpoint", "get", "names", "of_checkpoint", "of_model", "of_module",
+           "of_onnx",
            "of_source", "summarized"]

@@ -10,37 +10,35 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
 from trtqat.engines.hints import EngineHints
 from trtqat.errors import TrtqatError
+from trtqat.families.types import (
+    EvalData,
+    ExportInputs,
+    FamilyExport,
+    StageData,
+    StageResult,
+    Variant,
+)
+
+if TYPE_CHECKING:  # the stages' configs, for the hooks' signatures only
+    from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
+    from trtqat.export.validate import Check
+    from trtqat.stages.calibrate import CalibrateConfig
+    from trtqat.stages.compare.run import CompareConfig
+    from trtqat.stages.export import ExportOptions
+    from trtqat.stages.qat import QATConfig
+    from trtqat.stages.sensitivity_sweep import SensitivityConfig
+    from trtqat.stages.train import TrainConfig
+
+    StageConfig = TrainConfig | CalibrateConfig | QATConfig
 
 FAMILY_KEY = "trtqat.family"  # ONNX metadata: the family an exported file came from
-
-
-@dataclass
-class ExportInputs:
-    """What export needs: example inputs, ONNX input/output names, dynamic axes."""
-
-    example: tuple[Any, ...]                 # positional inputs of model.forward
-    input_names: list[str]
-    output_names: list[str]
-    dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
-
-
-@dataclass
-class StageData:
-    """What :meth:`ModelFamily.data` gives a stage: ``train`` (training or calibration
-    batches; sentences for encoders), ``val`` (held-out data, None when the data has no
-    labels) and what the data says about itself (``classes``, ``info``)."""
-
-    train: Any
-    val: Any | None = None
-    classes: int | None = None
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class UnsupportedStageError(TrtqatError, ValueError):
@@ -68,6 +66,11 @@ class ModelFamily(abc.ABC):
         """True when a loaded checkpoint holds a model of this family (``model.family``)."""
         return (ckpt.get("model") or {}).get("family") == (self.checkpoint_tag or self.name)
 
+    def claims_module(self, model: nn.Module) -> bool:
+        """True when an in-memory ``model`` (``trtqat.export_onnx``) is one of this
+        family's; none claim by default."""
+        return False
+
     def claims_onnx(self, input_names: Sequence[str]) -> bool:
         """True when an ONNX file without trtqat metadata looks like this family's (its
         graph input names); none claim by default."""
@@ -89,13 +92,13 @@ class ModelFamily(abc.ABC):
 
     # ---- data, recipe, metrics ----------------------------------------------------------
     @abc.abstractmethod
-    def data(self, cfg: Any, split: str, **context: Any) -> StageData:
+    def data(self, cfg: StageConfig, split: str, **context: Any) -> StageData:
         """The data of a stage: ``split`` "train" (training batches and validation) or
         "calib" (calibration batches and validation); ``context`` holds what the stage
         resolved (the data source, preprocessing, batch size, ...)."""
 
     @abc.abstractmethod
-    def recipe(self, stage: str, cfg: Any, source: dict[str, Any] | None = None
+    def recipe(self, stage: str, cfg: StageConfig | None, source: dict[str, Any] | None = None
                ) -> dict[str, Any]:
         """The defaults of ``stage`` ("calibrate": the amax ``method``; "qat": epochs, lr,
         optimizer ..., and the ``loss``, "ce" or "distill") for the options ``cfg`` leaves
@@ -113,7 +116,7 @@ class ModelFamily(abc.ABC):
 
     @abc.abstractmethod
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
-                     context: Any = None) -> list[Any]:
+                     context: CheckContext | None = None) -> list[Check]:
         """The exported file against PyTorch: pass/fail lines (``trtqat.export.validate.Check``)
         from each validation batch's outputs and a ``trtqat.export.checks.CheckContext``."""
 
@@ -132,39 +135,57 @@ class ModelFamily(abc.ABC):
 
     # ---- stage adapters: export, compare, sensitivity ---------------------------------
     # Image families inherit the CNN's; each returns what the stage's own module defines.
-    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: ExportOptions
+                    ) -> FamilyExport:
         """How ``trtqat export`` exports this family's checkpoint with ``options``
-        (``trtqat.train.export_run.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
+        (``trtqat.stages.export.ExportOptions``): a ``FamilyExport`` (plan, file arch)."""
         raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
 
-    def compare_data(self, variants: Sequence[Any], settings: dict[str, Any], cfg: Any) -> Any:
-        """What ``trtqat compare`` measures every variant on (``trtqat.compare.data.EvalData``)."""
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """How ``trtqat.export_onnx`` exports an in-memory ``model`` of this family from
+        ``example_inputs`` (a tensor, tuple or dict by ``forward`` argument name);
+        ``options``: ``dynamic_batch``, ``dynamic_axes``, ``validation_data``, ``fold_bn``."""
+        raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
+
+    def load_variant(self, variant: Variant) -> nn.Module:
+        """The model of a compare variant, from its checkpoint (quantized for INT8
+        variants), in eval mode."""
+        from trtqat.runs.checkpoint import load_checkpoint
+        from trtqat.variants import variant as variant_row
+
+        ckpt = load_checkpoint(variant.checkpoint)
+        return self.load(ckpt, quantized=variant_row(variant.export_variant).int8).eval()
+
+    def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
+                     cfg: CompareConfig) -> EvalData:
+        """What ``trtqat compare`` measures every variant on."""
         raise UnsupportedStageError(f"the {self.name} family has no compare data")
 
-    def sensitivity_data(self, ckpt: dict[str, Any], cfg: Any, device: Any) -> tuple[list, dict]:
+    def sensitivity_data(self, ckpt: dict[str, Any], cfg: SensitivityConfig, device: Any
+                         ) -> tuple[list, dict]:
         """``(batches of (inputs, targets), info)`` that ``trtqat sensitivity`` scores."""
         raise UnsupportedStageError(f"`trtqat sensitivity` does not analyse {self.name} models "
                                   "yet: pass the best.pt of a CNN calibrate/qat run")
 
     # ---- stages -------------------------------------------------------------------------
-    # The library verbs (trtqat.train: train_fp32, calibrate, qat_finetune) find the family
+    # The library verbs (trtqat.stages: train_fp32, calibrate, qat_finetune) find the family
     # once and call these; a family without a stage says so in one line.
-    def run_train(self, cfg: Any) -> dict[str, Any]:
+    def run_train(self, cfg: TrainConfig) -> StageResult:
         """``trtqat train``: FP32 training from ``cfg`` (a ``TrainConfig``)."""
         raise UnsupportedStageError(f"{self.summary.split(':')[0]} are not trained by trtqat "
                                     "train: start from a pretrained model with trtqat "
                                     "calibrate --model NAME")
 
-    def run_calibrate(self, cfg: Any, source: dict[str, Any] | None) -> dict[str, Any]:
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
         """``trtqat calibrate``: PTQ from ``cfg`` (a ``CalibrateConfig``); ``source`` is the
         loaded ``--checkpoint`` (None: start from ``cfg.model``)."""
         raise UnsupportedStageError(f"{self.name} models cannot be calibrated")
 
-    def run_qat(self, cfg: Any, source: dict[str, Any]) -> dict[str, Any]:
+    def run_qat(self, cfg: QATConfig, source: dict[str, Any]) -> StageResult:
         """``trtqat qat``: QAT from ``cfg`` (a ``QATConfig``) and the loaded calibrated
         checkpoint ``source``."""
         raise UnsupportedStageError(f"{self.name} models cannot be fine-tuned")
 
     @abc.abstractmethod
-    def describe(self, stage: str, result: dict[str, Any]) -> str:
+    def describe(self, stage: str, result: StageResult) -> str:
         """The closing line of a stage's command: what the run reached, and its folder."""

@@ -1,0 +1,91 @@
+"""The inputs an engine is timed with: random data like trtexec's at the run shapes, valid
+ids for the integer inputs of encoders, replaced by real arrays where given."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trtqat.engines.errors import InputError
+from trtqat.engines.specs import Shape
+from trtqat.finite import describe, first_non_finite
+
+if TYPE_CHECKING:
+    from trtqat.engines.base import Engine
+
+# Fallback range of token-id inputs whose embedding table cannot be found (the tokenizers
+# of the BERT family have far more than 1000 ids).
+SAFE_TOKEN_RANGE = 1000
+
+
+def index_bounds(engine: Engine, onnx_path: str | os.PathLike[str] | None = None
+                 ) -> dict[str, int]:
+    """Row counts of the embedding tables the integer inputs index, read from ``onnx_path``
+    or from the engine when its file holds an ONNX model (best effort: {} otherwise)."""
+    import onnx
+
+    from trtqat.engines.onnx_io import index_input_bounds
+    from trtqat.engines.registry import backend_info
+
+    try:
+        if onnx_path:
+            model = onnx.load(str(onnx_path), load_external_data=False)
+        elif backend_info(engine.backend).onnx_payload:
+            model = onnx.load_from_string(engine.payload)
+        else:
+            return {}
+    except Exception:  # best effort: the fallback range applies
+        return {}
+    return index_input_bounds(model)
+
+
+def valid_integer_feed(feed: Mapping[str, np.ndarray], bounds: Mapping[str, int],
+                       seed: int = 0) -> dict[str, np.ndarray]:
+    """Make random integer inputs valid for encoders: ``*mask*`` inputs all ones,
+    ``token_type``/``segment`` inputs zeros, other integer inputs (token ids) uniform in
+    ``[0, bound)`` (the embedding table's rows, else ``[0, 1000)``). Float and bool inputs
+    are kept."""
+    rng = np.random.default_rng(seed)
+    out = dict(feed)
+    for name, array in feed.items():
+        if array.dtype.kind not in "iu":
+            continue
+        low = name.lower()
+        if "mask" in low:
+            out[name] = np.ones_like(array)
+        elif "token_type" in low or "segment" in low:
+            out[name] = np.zeros_like(array)
+        else:
+            high = bounds.get(name, SAFE_TOKEN_RANGE)
+            out[name] = rng.integers(0, max(1, high), size=array.shape).astype(array.dtype)
+    return out
+
+
+def engine_feed(engine: Engine, shapes: Mapping[str, Shape] | None = None,
+                inputs: Mapping[str, Any] | None = None,
+                onnx_path: str | os.PathLike[str] | None = None) -> dict[str, np.ndarray]:
+    """The feed ``trtqat-exec`` times: random inputs at ``shapes`` (else each input's
+    default shape; integer inputs made valid token ids, masks and segments), then the real
+    arrays of ``inputs`` (by input name) in their place."""
+    from trtqat.engines.base import random_feed
+
+    given = {name: np.asarray(value) for name, value in (inputs or {}).items()}
+    found = first_non_finite(given.items())
+    if found is not None:
+        raise InputError(f"input {describe(found)}; engines are timed and checked on finite "
+                         "data: fix the input")
+    shapes = dict(shapes or {})
+    names = [spec.name for spec in engine.inputs]
+    for what, named in (("--shapes: ", shapes), ("", given)):
+        unknown = sorted(set(named) - set(names))
+        if unknown:
+            raise InputError(f"{what}unknown input '{unknown[0]}'; the engine's inputs are: "
+                             f"{', '.join(sorted(names))}")
+    missing = [spec for spec in engine.inputs if spec.name not in given]
+    feed = random_feed(missing, {k: v for k, v in shapes.items() if k not in given})
+    if any(a.dtype.kind in "iu" for a in feed.values()):
+        feed = valid_integer_feed(feed, index_bounds(engine, onnx_path))
+    return {name: given[name] if name in given else feed[name] for name in names}

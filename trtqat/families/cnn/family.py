@@ -1,0 +1,239 @@
+"""CNN image classifiers (torchvision, timm, ``file.py:factory``): the fallback family."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torch import nn
+
+from trtqat.families.base import ExportInputs, ModelFamily, StageData, StageResult
+from trtqat.families.types import EvalData, FamilyExport, Variant
+
+if TYPE_CHECKING:
+    from trtqat.export.checks import CheckContext
+    from trtqat.export.onnx_export import ExportPlan
+    from trtqat.export.validate import Check
+    from trtqat.families.base import StageConfig
+    from trtqat.stages.calibrate import CalibrateConfig
+    from trtqat.stages.compare.run import CompareConfig
+    from trtqat.stages.export import ExportOptions
+    from trtqat.stages.qat import QATConfig
+    from trtqat.stages.sensitivity_sweep import SensitivityConfig
+    from trtqat.stages.train import TrainConfig
+
+
+class CNNFamily(ModelFamily):
+    """Image classifiers trained with cross-entropy, checked by top-1 agreement."""
+
+    name = "cnn"
+    task = "classification"
+    summary = "image classifiers: torchvision or timm names, or path/to/file.py:factory"
+
+    def claims_model(self, model: str) -> bool:
+        """Every model no earlier family claims."""
+        return True
+
+    def claims_module(self, model: nn.Module) -> bool:
+        """Every in-memory model no earlier family claims."""
+        return True
+
+    def claims_checkpoint(self, ckpt: dict[str, Any]) -> bool:
+        """Checkpoints without a family tag (every CNN checkpoint ever written) or tagged cnn."""
+        return (ckpt.get("model") or {}).get("family") in (None, self.name)
+
+    spec_keys = ("arch", "num_classes")
+
+    # ---- models: every stage builds, loads and quantizes through these ------------------
+    def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
+        """A float model from a torchvision/timm name or ``file.py:factory``."""
+        from trtqat.families.cnn.model_source import build
+
+        return build(model, num_classes)
+
+    def arch(self, model: str) -> str:
+        """The short, file-name-safe name a checkpoint records for ``--model``."""
+        from trtqat.families.cnn.model_source import arch_name
+
+        return arch_name(model)
+
+    def origin(self, model: str) -> dict[str, Any]:
+        """Where ``--model`` comes from (checkpoint ``model.source``: enough to rebuild it)."""
+        from trtqat.families.cnn.model_source import describe
+
+        return describe(model)
+
+    def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
+        """The model of a checkpoint, with its weights: ``self.build``, then ``self.quantize``
+        when quantized (``quantized=True`` on an FP32 checkpoint: the start of PTQ)."""
+        from trtqat.families.cnn.model_source import is_quantizer_key, source_of
+
+        spec = ckpt["model"]
+        quantized = bool(spec.get("quantized")) if quantized is None else quantized
+        model = self.build(source_of(spec), int(spec["num_classes"]))
+        if quantized:
+            self.quantize(model, tuple(spec.get("skip_layers") or ()))
+        state = ckpt["state_dict"]
+        if not quantized:
+            state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
+        fit_checkpoint_state(model, state, spec)
+        return model
+
+    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
+        """Quant* layers in place (activations histogram-calibrated), a quantizer on the
+        identity input of torchvision residual blocks; ``skip_layers`` stay float."""
+        from trtqat.families.cnn.models import QUANT_DESC_INPUT, add_residual_quantizers
+        from trtqat.quant.model_ops import QuantConfig, disable_layers, quantize
+
+        add_residual_quantizers(model, QUANT_DESC_INPUT)
+        quantize(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
+        if skip_layers:
+            disable_layers(model, tuple(skip_layers))
+        return model
+
+    # ---- data and recipe ----------------------------------------------------------------
+    def data(self, cfg: StageConfig, split: str, **context: Any) -> StageData:
+        """Image batches. ``context``: ``data`` (digits, synthetic, a folder, an array),
+        ``prep`` (Preprocess), ``batch_size``, ``num_classes``, ``distributed``.
+
+        "train": shuffled, augmented training batches and the validation loader; "calib":
+        calibration batches (eval transforms; a flat folder or an array works too) and the
+        validation loader when the data has labels. ``info["prep"]``: the preprocessing (an
+        array sets its own size).
+        """
+        from trtqat.families.cnn.data import calibration_datasets, make_loader, make_loaders
+
+        prep, batch = context["prep"], context["batch_size"]
+        common = {"workers": cfg.workers, "seed": cfg.seed,
+                  "distributed": context.get("distributed", False)}
+        if split == "train":
+            train, val, classes = make_loaders(
+                context["data"], prep.image_size, batch, num_classes=context.get("num_classes"),
+                strict=cfg.strict, prep=prep, **common)
+            return StageData(train, val, classes, {"prep": prep})
+        if split != "calib":
+            raise ValueError(f"unknown split {split!r}: use train or calib")
+        train_ds, val_ds, classes, prep = calibration_datasets(
+            context["data"], prep, cfg.seed, num_classes=context.get("num_classes"),
+            strict=cfg.strict)
+        val = None if val_ds is None else make_loader(val_ds, batch, train=False, **common)
+        return StageData(make_loader(train_ds, batch, train=True, **common), val, classes,
+                         {"prep": prep})
+
+    def recipe(self, stage: str, cfg: StageConfig | None, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """train: the FP32 defaults; calibrate: entropy; qat: TensorRT's guidance from the FP32 run the checkpoint
+        records (10% of its epochs, 1% of its lr, cosine to 1% of that), cross-entropy."""
+        if stage == "train":
+            return {}  # trtqat.runopts.FP32_DEFAULTS: SGD, lr 0.05, 15 epochs
+        if stage == "calibrate":
+            return {"method": "entropy"}
+        from trtqat.families.cnn.qat import classifier_recipe
+
+        return classifier_recipe(cfg, dict((source or {}).get("train_args") or {}))
+
+    # ---- stages -------------------------------------------------------------------------
+    def run_train(self, cfg: TrainConfig) -> StageResult:
+        """FP32 training (``trtqat.stages.train``) of ``self.build(cfg.model)``."""
+        from trtqat.families.cnn.fp32 import train_classifier
+
+        return train_classifier(cfg, self)
+
+    def run_calibrate(self, cfg: CalibrateConfig, source: dict[str, Any] | None) -> StageResult:
+        """PTQ (``trtqat.stages.calibrate``) of the checkpoint, or of the float ``cfg.model``."""
+        from trtqat.families.cnn.ptq import calibrate_classifier
+
+        return calibrate_classifier(cfg, self, source)
+
+    def run_qat(self, cfg: QATConfig, source: dict[str, Any]) -> StageResult:
+        """QAT (``trtqat.stages.qat``) of the calibrated checkpoint, with cross-entropy."""
+        from trtqat.families.cnn.qat import finetune_classifier
+
+        return finetune_classifier(cfg, self, source)
+
+    def describe(self, stage: str, result: StageResult) -> str:
+        """``STAGE: best val top-1 X%; run folder OUT``."""
+        best = result.best
+        text = f"{stage}: best val top-1 {best:.2f}%" if best is not None else stage
+        return f"{text}; run folder {result.out}"
+
+    # ---- export, compare, sensitivity ---------------------------------------------------
+    def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
+        """Top-1 (and top-5 with more than 5 classes) in percent: logits vs labels."""
+        logits = np.asarray(outputs, dtype=np.float32)
+        labels = np.asarray(targets).reshape(-1)
+        k = min(5, logits.shape[1])
+        top = np.argsort(-logits, axis=1)[:, :k]
+        total = max(len(labels), 1)
+        metrics = {"top1": 100.0 * float((top[:, 0] == labels).sum()) / total}
+        if logits.shape[1] > 5:
+            metrics["top5"] = 100.0 * float((top == labels[:, None]).any(axis=1).sum()) / total
+        return metrics
+
+    def export_inputs(self, model: nn.Module, spec: dict[str, Any], batch: int | None
+                      ) -> ExportInputs:
+        """Random images of ``spec["input_size"]`` (h, w) and ``channels`` (default: the
+        checkpoint's ``image_size``, 3), ``batch`` rows (2 when dynamic); ``spec["dynamic"]``
+        names the dynamic axes (batch, height, width)."""
+        from trtqat.export.onnx_export import make_example_inputs
+
+        size = spec.get("input_size") or spec.get("image_size") or 32
+        images = make_example_inputs(size, batch or 2, int(spec.get("channels") or 3))
+        axes = tuple(spec.get("dynamic", ("batch",) if batch is None else ()))
+        where = {"batch": 0, "height": 2, "width": 3}
+        dims = {where[a]: a for a in axes if a in where}
+        return ExportInputs((images,), ["input"], ["output"],
+                            {"input": dims, "output": {0: "batch"} if 0 in dims else {}})
+
+    def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
+                     context: CheckContext | None = None) -> list[Check]:
+        """Each output within the variant's tolerance (INT8: the noise-floor criterion),
+        top-1 agreement on the validation data, the Q/DQ inventory of INT8 files."""
+        from trtqat.export.checks import classifier_checks
+
+        return classifier_checks(variant, reference, candidate, context)
+
+    def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: ExportOptions
+                    ) -> FamilyExport:
+        """Example images, the validation split, ``--skip-layers`` (see ``image_export``)."""
+        from trtqat.families.cnn.export import image_export
+
+        return image_export(self, model, ckpt, options)
+
+    def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> ExportPlan:
+        """Example images (or a dict of inputs) as given, batch dynamic unless
+        ``dynamic_batch=False`` or ``dynamic_axes`` says otherwise, BatchNorm folded,
+        checked against PyTorch as ``trtqat export`` checks a classifier."""
+        from trtqat.export.onnx_export import model_plan
+
+        return model_plan(model, example_inputs, checks=self.export_check, **options)
+
+    def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
+                     cfg: CompareConfig) -> EvalData:
+        """Labelled validation images and calibration images of the runs' data."""
+        from trtqat.families.cnn.compare_data import image_data
+
+        return image_data(self, variants, settings, cfg)
+
+    def sensitivity_data(self, ckpt: dict[str, Any], cfg: SensitivityConfig, device: Any
+                         ) -> tuple[list, dict]:
+        """Validation ``(images, labels)`` batches of the checkpoint's data, in memory."""
+        from trtqat.families.cnn.sensitivity import image_batches
+
+        return image_batches(ckpt, cfg, device)
+
+
+def fit_checkpoint_state(model: nn.Module, state: dict[str, Any], spec: dict[str, Any],
+                         what: str = "architecture") -> None:
+    """Load a checkpoint's ``state`` into ``model`` (strict); a mismatch is one line saying
+    the file was saved from another ``what``."""
+    from trtqat.families.cnn.model_source import ModelSourceError, fit_state_dict
+    from trtqat.runs.checkpoint import CheckpointError
+
+    try:
+        fit_state_dict(model, state, f"checkpoint of a {spec['arch']} with "
+                       f"{spec['num_classes']} classes")
+    except (ModelSourceError, RuntimeError) as exc:
+        raise CheckpointError(f"{str(exc).splitlines()[0][:300]}: it was saved from another "
+                              f"{what}") from None

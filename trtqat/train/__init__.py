@@ -1,1 +1,0 @@
-"""Training side: data, models, checkpoints and the FP32 / PTQ / QAT recipes."""
