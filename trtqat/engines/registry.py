@@ -124,6 +124,9 @@ def _ort_flag_notes(given: Mapping[str, Any]) -> list[FlagNote]:
         ("infStreams", (given.get("infStreams") or 1) > 1,
          f"{_ORT_IGNORES} (it runs one query at a time; --threads sets intra-op threads)"),
         ("device", not gpu, f"{_ORT_IGNORES} with the CPU provider (use --providers=cuda)"),
+        ("cuda_graph", not gpu and given.get("cuda_graph") is True,
+         f"{_ORT_IGNORES} with the CPU provider (CUDA graphs need --providers=cuda or "
+         "tensorrt)"),
     ]
 
 

@@ -289,6 +289,10 @@ def export_variant_hint(options: BuildOptions) -> str | None:
     return None
 
 
+# BuildOptions fields that are builder precision flags (TensorRT 10's --fp16/--int8/--best)
+PRECISION_FLAGS = ("fp16", "int8", "best")
+
+
 def precision_note(options: BuildOptions, backend: str) -> str | None:
     """What to tell a user whose precision flags the backend cannot set (None: no flags)."""
     variant = export_variant_hint(options)
