@@ -223,6 +223,7 @@ class Exporter:
         self._refs: dict[bool, list] = {}
         self._floors: dict[bool, list | None] = {}
         self.notes: list[str] = []  # e.g. layers left in float automatically
+        self.fold_notes: list[str] = []  # BatchNorms left unfolded, and why
         self._batches: list | None = None
 
     def _graph(self, int8: bool) -> tuple[onnx.ModelProto, nn.Module]:
@@ -242,7 +243,8 @@ class Exporter:
 
     def _trace(self, reference: nn.Module) -> tuple[onnx.ModelProto, nn.Module]:
         plan = self.plan
-        traced = fold_batchnorm(reference) if plan.fold_bn else reference
+        traced = (fold_batchnorm(reference, example_inputs=self.inputs, notes=self.fold_notes)
+                  if plan.fold_bn else reference)
         ins, outs = plan.input_names, plan.output_names
         if ins is None or outs is None:
             with torch.no_grad():
@@ -291,7 +293,7 @@ class Exporter:
         for key, value in {**props, **(metadata or {})}.items():
             model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
         result = ExportResult(path, variant, opset, self.dynamic_batch,
-                              notes=list(self.notes) if int8 else [],
+                              notes=[*self.fold_notes, *(self.notes if int8 else [])],
                               dynamic_axes=self.dynamic_axes)
         check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
         return write_checked(model, result, check)
