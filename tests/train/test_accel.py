@@ -197,9 +197,9 @@ def test_device_cuda_without_a_gpu_is_one_line_everywhere(fp32_run, ptq_run, tmp
 
 
 def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
-    from trtqat.stages import demo
     from trtqat.families.cnn import CNNFamily
     from trtqat.runs import checkpoint
+    from trtqat.stages import demo
 
     seen = []
 

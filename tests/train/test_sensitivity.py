@@ -13,8 +13,11 @@ from torch import nn
 from trtqat.cli import main
 from trtqat.families import build_from_checkpoint
 from trtqat.families.cnn.data import make_datasets
-from trtqat.quant import QuantConfig, QuantDescriptor, collect_stats, compute_amax, quantize
-from trtqat.quant.model_ops import disable_layers
+from trtqat.quant import QuantConfig, QuantDescriptor, collect_stats, compute_amax
+from trtqat.quant.model_ops import (
+    disable_layers,
+    quantize,  # layers only: the units these tests rank
+)
 from trtqat.runs.checkpoint import load_checkpoint, save_checkpoint
 from trtqat.stages.sensitivity_report import suggest
 from trtqat.stages.sensitivity_sweep import (

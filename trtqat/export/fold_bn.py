@@ -17,7 +17,6 @@ line, with the reasons.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 from collections import Counter
@@ -115,17 +114,24 @@ def find_conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
 
 
 class _Float:
-    """Every quantizer of a model bypassed (checks compare float arithmetic)."""
+    """The quantizers a fold does not follow bypassed: every activation quantizer and the
+    weight quantizers without a per-channel range (a per-channel range folds exactly, so
+    those keep quantizing, as :func:`fold_conv_bn` folds the dequantized weights)."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.states = [(q, q._disabled) for q in model.modules() if isinstance(q, TensorQuantizer)]
+        self.states = []
+        for name, q in model.named_modules():
+            if isinstance(q, TensorQuantizer):
+                kept = (name.endswith("_weight_quantizer") and not q.disabled
+                        and q._amax is not None and q._amax.numel() > 1)
+                self.states.append((q, q._disabled, kept))
 
     def __enter__(self) -> None:
-        for q, _ in self.states:
-            q._disabled = True
+        for q, _, kept in self.states:
+            q._disabled = not kept
 
     def __exit__(self, *exc: object) -> None:
-        for q, disabled in self.states:
+        for q, disabled, _ in self.states:
             q._disabled = disabled
 
 
@@ -134,10 +140,8 @@ def _clone(x: Any) -> Any:
 
 
 @torch.no_grad()
-def _record(model: nn.Module, example: tuple, pairs: list[tuple[str, str]], quantized: bool
-            ) -> dict[str, tuple]:
-    """bn name -> (the conv's input, the BatchNorm's output) of one forward on ``example``,
-    with the quantizers as they are (``quantized``) or all bypassed."""
+def _record(model: nn.Module, example: tuple, pairs: list[tuple[str, str]]) -> dict[str, tuple]:
+    """bn name -> (the conv's input, the BatchNorm's output) of one forward on ``example``."""
     seen: dict[tuple[str, str], Any] = {}
     hooks = []
 
@@ -151,18 +155,13 @@ def _record(model: nn.Module, example: tuple, pairs: list[tuple[str, str]], quan
             lambda m, a, o, n=conv_name: keep(("in", n), a[0])))
         hooks.append(bn.register_forward_hook(lambda m, a, o, n=bn_name: keep(("out", n), o)))
     try:
-        with (contextlib.nullcontext() if quantized else _Float(model)):
+        with _Float(model):
             model(*example)
     finally:
         for h in hooks:
             h.remove()
     return {b: (seen[("in", c)], seen[("out", b)]) for c, b in pairs
             if ("in", c) in seen and ("out", b) in seen}
-
-
-def _per_channel(conv: nn.Module) -> bool:
-    q = getattr(conv, "_weight_quantizer", None)
-    return isinstance(q, TensorQuantizer) and not q.disabled and q.axis is not None
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -221,13 +220,7 @@ def fold_batchnorm(model: nn.Module, inplace: bool = False, example_inputs: Any 
     for name in unseen - {b for _, b in guessed}:
         reasons[name] = "it is inside a module FX cannot trace and no conv output reaches it"
     candidates = pairs + guessed
-    # a per-channel weight quantizer folds exactly: check as deployed; a per-tensor one is
-    # recalibrated (its rounding changes), so its fold is checked in float
-    exact = [p for p in candidates if _per_channel(folded.get_submodule(p[0]))]
-    recorded = {}
-    if example is not None:
-        recorded = {**_record(folded, example, [p for p in candidates if p not in exact], False),
-                    **_record(folded, example, exact, True)}
+    recorded = _record(folded, example, candidates) if example is not None else {}
     before = _outputs(folded, example) if example is not None and guessed else None
     done: list[tuple[str, str, nn.Module, dict]] = []
     for conv_name, bn_name in candidates:
@@ -244,8 +237,7 @@ def fold_batchnorm(model: nn.Module, inplace: bool = False, example_inputs: Any 
         new = new if new is not None else nn.Identity()
         if bn_name in recorded:
             x, want = recorded[bn_name]
-            as_is = (conv_name, bn_name) in exact
-            with torch.no_grad(), (contextlib.nullcontext() if as_is else _Float(folded)):
+            with torch.no_grad(), _Float(folded):
                 got = new(conv(x))
             if not _close(got, want):
                 _undo(folded, conv_name, bn_name, bn, state)

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.calib.registry import get_method, methods
 from trtqat.quant.config import QuantConfig
+from trtqat.quant.mixin import QuantInputMixin
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -33,31 +34,62 @@ def skipped(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def quantize(model: nn.Module, config: QuantConfig | None = None) -> nn.Module:
+def quantize(model: nn.Module, config: QuantConfig | None = None, *,
+             exact_types: bool = False) -> nn.Module:
     """Replace, in place, the float layers of an already built ``model`` by Quant* layers.
 
-    Layers keep their parameters (shared, not copied). Returns ``model``.
+    Layers keep their parameters (shared, not copied); subclasses that keep their base
+    class's forward are replaced too, unless ``exact_types`` (the rule of checkpoints
+    written before placement was recorded). Returns ``model``.
     """
     config = config or QuantConfig()
     float_names = set(config.float_module_list)
+    own_forward: list[str] = []
 
     def visit(parent: nn.Module, prefix: str) -> None:
         for child_name, child in list(parent.named_children()):
             full = f"{prefix}{child_name}"
-            cls = FLOAT_TO_QUANT.get(type(child))
-            if cls is not None and type(child).__name__ not in float_names and not skipped(full, config.skip_layers):
+            cls = FLOAT_TO_QUANT.get(type(child)) if exact_types else quant_class(child)
+            if cls is None and not exact_types and type(child) not in FLOAT_TO_QUANT and any(
+                    isinstance(child, base) for base in FLOAT_TO_QUANT) and \
+                    not isinstance(child, QuantInputMixin):
+                own_forward.append(f"{full} ({type(child).__name__})")
+            if cls is not None and cls.__bases__[0].__name__ not in float_names \
+                    and not skipped(full, config.skip_layers):
                 setattr(parent, child_name, cls.from_float(child, config.quant_desc_input, config.quant_desc_weight))
-            else:
+            elif not isinstance(child, nn.MultiheadAttention):  # its own plugin quantizes it
                 visit(child, full + ".")
 
     if type(model) in FLOAT_TO_QUANT:
         raise QuantConfigError("quantize() takes a model that contains layers, not a single layer: use QuantXxx.from_float(layer)")
     visit(model, "")
+    if own_forward:
+        log.warning("NOTE %d layer(s) subclass a quantizable layer with a forward of their own, "
+                    "so they stay float: %s", len(own_forward), ", ".join(own_forward[:5]))
     from trtqat.quant.functional_layers import quantize_functional_layers
 
     quantize_functional_layers(model)  # Swin attention: F.linear on QuantLinear weights
     name_quantizers(model)
     return model
+
+
+# subclasses whose forward computes exactly what their base class computes
+_SAME_FORWARD = {"timm.layers.linear.Linear", "torch.nn.modules.linear.NonDynamicallyQuantizableLinear"}
+
+
+def quant_class(module: nn.Module) -> type | None:
+    """The Quant* class that replaces ``module``: its own class's, or its base class's for
+    a subclass that keeps the base forward (timm's ``Linear``); None otherwise."""
+    cls = type(module)
+    if cls in FLOAT_TO_QUANT:
+        return FLOAT_TO_QUANT[cls]
+    if isinstance(module, QuantInputMixin):
+        return None
+    for base, quant in FLOAT_TO_QUANT.items():
+        if isinstance(module, base) and (cls.forward is base.forward or
+                                         f"{cls.__module__}.{cls.__qualname__}" in _SAME_FORWARD):
+            return quant
+    return None
 
 
 def modules_of(model: nn.Module, cls: type[M]) -> Iterator[tuple[str, M]]:

@@ -65,8 +65,7 @@ def dynamic_axes(options: ExportOptions) -> tuple[str, ...]:
 def _validation_loader(ckpt: dict[str, Any], options: ExportOptions, prep):
     """The validation split of the checkpoint's data (its images alone for unlabelled data:
     a flat folder or an array)."""
-    from trtqat.families.cnn.data import make_loader
-    from trtqat.families.cnn.data import calibration_datasets
+    from trtqat.families.cnn.data import calibration_datasets, make_loader
 
     saved = ckpt.get("args") or {}
     data = options.data or (saved.get("data") if isinstance(saved, dict) else None) or "digits"

@@ -166,8 +166,18 @@ class CNNFamily(ModelFamily):
         axes = tuple(spec.get("dynamic", ("batch",) if batch is None else ()))
         where = {"batch": 0, "height": 2, "width": 3}
         dims = {where[a]: a for a in axes if a in where}
-        return ExportInputs((images,), ["input"], ["output"],
-                            {"input": dims, "output": {0: "batch"} if 0 in dims else {}})
+        names = ["output"]
+        if model is not None:  # several outputs (tuple, list, dict): each exported by name
+            import torch
+
+            from trtqat.outputs import flatten
+
+            was = model.training
+            with torch.no_grad():
+                names = [n for n, _ in flatten(model.eval()(images))]
+            model.train(was)
+        return ExportInputs((images,), ["input"], names,
+                            {"input": dims, **{n: {0: "batch"} for n in names if 0 in dims}})
 
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
                      context: Any = None) -> list[Any]:

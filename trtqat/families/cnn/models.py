@@ -61,7 +61,7 @@ def quantize_classifier(model: nn.Module, skip_layers: Sequence[str] = (),
     if placement == LEGACY:
         cfg = QuantConfig(quant_desc_input=quant_desc_input, concat=False, pool=False,
                           attention=False)
-        result = place(model, cfg, modules=_torchvision_block)
+        result = place(model, cfg, modules=_torchvision_block, exact_types=True)
     elif placement in (None, PLACEMENT_VERSION):
         result = place(model, QuantConfig(quant_desc_input=quant_desc_input))
     else:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trtqat.families.cnn.data_sources import preprocess_of
+from trtqat.outputs import scoring
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers, quantizers
 from trtqat.quant.placement import PLACEMENT_VERSION
 from trtqat.quant.placement.describe import owners
@@ -67,6 +68,10 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
         else:
             model, spec = _start_from_float(family, cfg, prep)
         spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
+        which = cfg.metric_output or spec.get("metric_output")
+        model.register_forward_hook(scoring(which))  # several outputs: the one scored
+        if which:
+            spec["metric_output"] = which
         if batches.classes and batches.classes > int(spec["num_classes"]):
             raise CheckpointError(f"the data has {batches.classes} classes but the "
                                   f"{spec['arch']} predicts {spec['num_classes']}")
@@ -133,7 +138,7 @@ def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any
     info = family.origin(cfg.model)
     if cfg.weights:
         info.update(load_weights(model, cfg.model, cfg.weights))
-    classes = output_classes(model, prep.channels, prep.size)
+    classes = output_classes(model, prep.channels, prep.size, cfg.metric_output)
     spec = {"arch": family.arch(cfg.model), "num_classes": classes, "quantized": True,
             "skip_layers": [], "source": info}
     return family.quantize(model), spec

@@ -70,9 +70,12 @@ def _same(value: Any, want: Any) -> bool:
     return type(value) is type(want) and not isinstance(value, torch.Tensor) and value == want
 
 
+_TENSORS = (torch.Tensor, fx.Proxy)  # a whole-model FX trace runs the placed graph too
+
+
 def _is_seq(value: Any, size: int) -> bool:
     return (isinstance(value, (list, tuple)) and len(value) == size
-            and all(isinstance(v, torch.Tensor) for v in value))
+            and all(isinstance(v, _TENSORS) for v in value))
 
 
 def _signature_source(pattern: Pattern) -> str:
@@ -156,7 +159,7 @@ def placed_class(base: type, pattern: Pattern, eval_src: tuple[str, dict],
     scope: dict[str, Any] = {name: _resolve(ref) for name, ref in eval_src[1].items()}
     if train_src:
         scope.update({name: _resolve(ref) for name, ref in train_src[1].items()})
-    scope.update(_Tensor=torch.Tensor, _same=_same, _is_seq=_is_seq,
+    scope.update(_Tensor=_TENSORS, _same=_same, _is_seq=_is_seq,
                  _BASE_FORWARD=base.forward,
                  _D={p.name: p.default for p in pattern.params if p.default is not p.empty},
                  _C={a.name: a.value for a in pattern.args if a.kind == "const"})

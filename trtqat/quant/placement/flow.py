@@ -50,9 +50,15 @@ class ModelFlow:
                 if why != "leaf":
                     self.failed[path] = why
                 continue
+            if path and not self.sites.get(path) and self._ancestors_traced(path):
+                continue  # no traced forward calls it (an nn.Sequential iterated by hand)
             self._trace(path, module)
 
     # ------------------------------------------------------------------ building
+    def _ancestors_traced(self, path: str) -> bool:
+        parts = path.split(".")
+        return all(".".join(parts[:i]) in self.traces for i in range(len(parts)))
+
     def _pattern(self, path: str, module: nn.Module) -> Pattern:
         cls = getattr(type(module), "_trtqat_base", type(module))
         patterns = [call_pattern(cls, n.args, n.kwargs) for _, n in self.sites.get(path, [])]

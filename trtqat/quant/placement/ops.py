@@ -27,6 +27,12 @@ _PASS_FUNCTIONS = {torch.flatten, torch.reshape, torch.permute, torch.transpose,
                    torch.clone, torch.movedim, torch.swapaxes, torch.narrow, operator.getitem,
                    F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
                    F.feature_alpha_dropout}
+# pointwise activations TensorRT fuses into the conv before them (conv + act + add)
+_ACT_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU, nn.Hardswish, nn.GELU, nn.LeakyReLU, nn.Mish,
+                nn.ELU, nn.Hardtanh, nn.PReLU, nn.Sigmoid, nn.Tanh)
+_ACT_FUNCTIONS = {F.relu, F.relu6, F.silu, F.hardswish, F.gelu, F.leaky_relu, F.mish, F.elu,
+                  F.hardtanh, torch.relu, torch.sigmoid, torch.tanh}
+_ACT_METHODS = {"relu", "relu_", "sigmoid", "tanh"}
 _NORM_MODULES = (nn.LayerNorm, nn.GroupNorm, getattr(nn, "RMSNorm", nn.LayerNorm),
                  nn.Softmax, nn.LocalResponseNorm)
 _NORM_FUNCTIONS = {F.layer_norm, F.group_norm, F.softmax, torch.softmax, F.log_softmax,
@@ -99,6 +105,18 @@ def is_passthrough(flow, ref) -> bool:
             return is_tensor(node.args[0])
         return node.target in _PASS_FUNCTIONS
     return False
+
+
+def is_activation(flow, ref) -> bool:
+    """A pointwise activation (ReLU, SiLU, GELU, ...)."""
+    node = ref[1]
+    module = called(flow, ref)
+    if module is not None:
+        return isinstance(module, _ACT_MODULES) or type(module).__name__ in (
+            "SiLU", "Swish", "HardSwish", "GELU", "Mish")
+    if node.op == "call_function":
+        return node.target in _ACT_FUNCTIONS
+    return node.op == "call_method" and node.target in _ACT_METHODS
 
 
 def is_maxpool(flow, ref) -> bool:

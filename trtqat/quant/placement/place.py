@@ -102,11 +102,13 @@ def _row_weight(cfg: QuantConfig) -> QuantDescriptor:
 
 
 def place(model: nn.Module, config: QuantConfig | None = None, *,
-          modules: Callable[[nn.Module], bool] | None = None) -> Placement:
+          modules: Callable[[nn.Module], bool] | None = None,
+          exact_types: bool = False) -> Placement:
     """Insert, in place, every quantizer of TensorRT's Q/DQ placement (see module doc).
 
-    ``modules`` limits the graph rules to the modules it accepts (the legacy placement of
-    old checkpoints: torchvision's residual blocks only).
+    ``modules`` limits the graph rules to the modules it accepts and ``exact_types`` the
+    layers to torch.nn's own classes (the legacy placement of old checkpoints:
+    torchvision's residual blocks only).
     """
     cfg = config or QuantConfig()
     desc = cfg.input_descriptor()
@@ -114,7 +116,7 @@ def place(model: nn.Module, config: QuantConfig | None = None, *,
     quantize_layers(model, QuantConfig(quant_desc_input=desc,
                                        quant_desc_weight=cfg.quant_desc_weight,
                                        float_module_list=cfg.float_module_list,
-                                       skip_layers=cfg.skip_layers))
+                                       skip_layers=cfg.skip_layers), exact_types=exact_types)
     if cfg.num_bits != 8 and cfg.quant_desc_weight is None:
         for name, q in model.named_modules():
             if name.endswith("_weight_quantizer") and isinstance(q, TensorQuantizer):

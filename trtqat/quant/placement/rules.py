@@ -58,7 +58,7 @@ def _data_input(node: fx.Node) -> object:
 
 def from_weighted(flow: ModelFlow, ref: Ref, depth: int = 0) -> bool:
     """True when the value of ``ref`` is a conv's or Linear's output (through BatchNorm,
-    dropout, data movement, constant scales and linked modules)."""
+    activations, dropout, data movement, constant scales and linked modules)."""
     if depth > 32:
         return False
     path, node = flow.resolve(ref)
@@ -66,11 +66,12 @@ def from_weighted(flow: ModelFlow, ref: Ref, depth: int = 0) -> bool:
     if module is not None:
         if ops.is_weighted(module):
             return True
-        if ops.is_batchnorm(module) or ops.is_passthrough(flow, (path, node)):
+        if ops.is_batchnorm(module) or ops.is_passthrough(flow, (path, node)) or \
+                ops.is_activation(flow, (path, node)):
             src = _data_input(node)
             return isinstance(src, fx.Node) and from_weighted(flow, (path, src), depth + 1)
         return _exits_in_weighted(flow, flow.child_path(path, node), depth)
-    if ops.is_passthrough(flow, (path, node)):
+    if ops.is_passthrough(flow, (path, node)) or ops.is_activation(flow, (path, node)):
         src = _data_input(node)
         return isinstance(src, fx.Node) and from_weighted(flow, (path, src), depth + 1)
     scaled, src = ops.is_scale_by_constant(node)

@@ -104,6 +104,41 @@ class _LeafTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return True
 
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _PartsProxy(node, self)
+
+    def iter(self, obj: fx.Proxy):
+        """Iterating over ``x.chunk(n)`` or ``x.split([a, b])`` (``list(...)``, ``for``)
+        yields its ``n`` parts; FX itself only unpacks ``a, b = ...``."""
+        count = _parts(obj.node)
+        if count is None:
+            return super().iter(obj)
+        return iter([obj[i] for i in range(count)])
+
+
+class _PartsProxy(fx.Proxy):
+    """A proxy whose ``len()`` is known for chunk/split results (``list(x.chunk(2))``)."""
+
+    def __len__(self) -> int:
+        count = _parts(self.node)
+        if count is None:
+            return super().__len__()
+        return count
+
+
+def _parts(node: fx.Node) -> int | None:
+    """How many tensors a chunk/split node returns, when its arguments say."""
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    if node.op not in ("call_method", "call_function") or name not in ("chunk", "split"):
+        return None
+    arg = node.args[1] if len(node.args) > 1 else node.kwargs.get(
+        "chunks" if name == "chunk" else "split_size_or_sections")
+    if name == "chunk" and isinstance(arg, int):
+        return arg
+    if name == "split" and isinstance(arg, (list, tuple)):
+        return len(arg)
+    return None
+
 
 def base_class(module: nn.Module) -> type:
     """The user's class of ``module`` (the class a placement subclass was made from)."""
@@ -177,7 +212,8 @@ def call_pattern(cls: type, args: tuple, kwargs: dict) -> Pattern | None:
             out.append(Arg(p.name, "tensor"))
         elif isinstance(value, (list, tuple)) and value and all(
                 isinstance(v, fx.Node) for v in value):
-            out.append(Arg(p.name, "seq", size=len(value), seq=type(value)))
+            out.append(Arg(p.name, "seq", size=len(value),
+                           seq=list if isinstance(value, list) else tuple))
         elif simple_constant(value):
             out.append(Arg(p.name, "const", value=value))
         else:
