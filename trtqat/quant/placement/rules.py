@@ -116,12 +116,9 @@ def residual_site(flow: ModelFlow, path: str, node: fx.Node) -> Site | None:
     # other input (the identity, also read by the block's first layer) gets the quantizer
     fusable = [c and len(flow.consumers(flow.resolve((path, a)))) == 1
                for c, a in zip(conv, args)]
-    if fusable[0] != fusable[1]:
-        index = 0 if fusable[1] else 1
-    elif conv[0] != conv[1]:
-        index = 0 if conv[1] else 1
-    else:
-        index = 1  # out + identity
+    if not any(fusable):
+        return None  # no layer output TensorRT could fuse with the Add
+    index = 0 if fusable[1] and not fusable[0] else 1  # both: out + identity
     other = args[index]
     producer = flow.resolve((path, other))
     if ops.is_quantizer(ops.called(flow, producer)):
