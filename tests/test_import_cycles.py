@@ -9,11 +9,8 @@ The rule:
 
 * the graph of these nodes has no cycle: a lower layer never imports an upper one, not
   even lazily inside a function;
-* one exception, the registry: ``trtqat.families`` sits above the stage packages (it builds,
-  loads and quantizes models through ``train`` and ``transformers``) and stage code below it
-  may still *resolve a family lazily*, with an import of ``trtqat.families`` inside a function
-  body. Those lazy edges into ``trtqat.families`` are left out of the graph; a module-level
-  import of ``trtqat.families`` from a lower package counts like any other edge.
+* nor has the graph of single modules (``trtqat.engines.base``, ``trtqat.engines.registry``,
+  ...): inside a package, too, one module is below the other.
 """
 
 from __future__ import annotations
@@ -163,3 +160,25 @@ def test_families_never_import_stages() -> None:
     bad = {a: b for a in graph if a.startswith("trtqat.families") for b in graph[a]
            if b.startswith("trtqat.stages")}
     assert not bad, bad
+
+
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """``{module: {imported module: [the importing file]}}``, every trtqat module a node (a
+    name imported from a module counts as that module)."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in sorted(ROOT.rglob("*.py")):
+        src = _module_name(path)
+        for module, _lazy in _imports(path):
+            while module.startswith("trtqat.") and not _is_module(module):
+                module = module.rpartition(".")[0]
+            if module.startswith("trtqat.") and module != src:
+                graph[src][module].append(str(path.relative_to(ROOT.parent)))
+    return graph
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """No two modules import each other, directly or round a loop, not even lazily (the
+    engines' base -> fileformat -> registry -> base was one)."""
+    graph = module_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle {' -> '.join(cycle or [])}"

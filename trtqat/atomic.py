@@ -138,19 +138,17 @@ def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path
     return Path(target)
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> Path:
-    """Call ``write(binary file)`` on a temporary file beside ``path``, then rename it.
-
-    Readers never see half a file; on any error the temporary file is removed.
-    """
+def fill_atomic(path: str | os.PathLike[str], fill: Callable[[Path], object]) -> Path:
+    """Call ``fill(temporary path)`` to create a file beside ``path``, then rename it to
+    ``path``. Readers never see half a file; on any error the temporary file is removed
+    (an ``OSError`` becomes one :func:`write_failed` line)."""
     target = Path(path)
     try:
         tmp = temp_path(target)
     except OSError as exc:
         raise write_failed(target, exc) from None
     try:
-        with open(tmp, "wb") as f:
-            write(f)
+        fill(tmp)
         publish(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -159,6 +157,18 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(binary file)`` on a temporary file beside ``path``, then rename it.
+
+    Readers never see half a file; on any error the temporary file is removed.
+    """
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            write(f)
+
+    return fill_atomic(path, fill)
 
 
 class NonFiniteJSONError(TrtqatError, ValueError):

@@ -1,5 +1,5 @@
 """``trtqat.export_onnx``: the exporter and checks of ``trtqat export``, with the plan of
-the model's family (image classifiers, Vision Transformers; encoders: tests/transformers)."""
+the model's family (image classifiers, Vision Transformers; encoders: tests/families/encoder)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ WORDS = ("the quick brown fox jumps over lazy dog return a new list containing e
          "sequence quantized model runs its matrix products in eight bit integers").split()
 ALL = ("fp32", "fp16", "ptq-max", "qat-int8", "qat-int8-fp16")
 # Each dynamo export takes seconds: two variants (float and int8) keep this file fast; the
-# export of every variant is tested in tests/transformers.
+# export of every variant is tested in tests/families/encoder.
 VARIANTS = ("fp32", "qat-int8")
 
 

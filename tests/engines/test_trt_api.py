@@ -24,7 +24,7 @@ from .fake_cuda.bindings import runtime as fake_rt
 from .fake_tensorrt import api_names, make_module
 
 ENGINES = Path(trtqat.engines.__file__).parent
-TRT_SOURCES = [ENGINES / "trt.py", ENGINES / "trt_runner.py"]
+TRT_SOURCES = [ENGINES / "trt.py", ENGINES / "trt_runner.py", ENGINES / "trt_lib.py"]
 CORE = {"Builder.create_network", "OnnxParser.parse", "OnnxParser.get_error",
         "OnnxParser.num_errors", "Builder.create_builder_config",
         "IBuilderConfig.set_memory_pool_limit", "IBuilderConfig.builder_optimization_level",

@@ -149,9 +149,7 @@ def read_engine_files(path: str | os.PathLike[str]) -> EngineFile:
         log.warning("%s uses trtqat's old container layout (deprecated: only trtqat can read "
                     "it); re-save it as a plain engine with 'trtqat-exec --loadEngine=%s "
                     "--saveEngine=NEW --skipInference'", p, p)
-        from trtqat.engines.registry import file_kind_of
-
-        kind = file_kind_of(header.get("backend"))
+        kind = KIND_ONNX if looks_like_onnx(payload) else KIND_PLAN
         return EngineFile(p, payload, header, kind, legacy=True)
     if data[:64].lstrip()[:1] in (b"{", b"["):
         raise EngineFileError(f"{p} is a JSON file, not an engine; pass the engine file itself "

@@ -63,7 +63,7 @@ def has_quantized_matmul(model: onnx.ModelProto) -> bool:
 def fold_constants(model: onnx.ModelProto, threads: int = 1) -> onnx.ModelProto:
     """``model`` after ORT's basic (provider-independent) graph optimisations: constant
     subgraphs folded, Q/DQ propagated across data-movement ops, weight Transposes folded."""
-    from trtqat.engines.ort_qdq import cpu_session
+    from trtqat.engines.ort_inspect import cpu_session
 
     with tempfile.TemporaryDirectory(prefix="trtqat-fold-") as tmp:
         path = os.path.join(tmp, "basic.onnx")

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 
 from trtqat.engines.base import Builder, Engine, Runner
@@ -30,23 +29,9 @@ from trtqat.engines.errors import (
 from trtqat.engines.fileformat import KIND_ONNX, atomic_write
 from trtqat.engines.onnx_io import read_onnx_bytes
 from trtqat.engines.specs import PRECISION_FLAGS, BuildOptions, TensorSpec, precision_note
+from trtqat.engines.trt_lib import import_tensorrt, numpy_dtype, trt_major  # noqa: F401
 
 log = logging.getLogger(__name__)
-
-def import_tensorrt() -> Any:
-    """The ``tensorrt`` module, or a one-line install hint."""
-    try:
-        import tensorrt
-    except ImportError:
-        raise BackendUnavailableError(f"TensorRT is not installed; {INSTALL_HINT} (needs an "
-                                      "NVIDIA GPU), or use --backend=ort") from None
-    return tensorrt
-
-
-def trt_major(trt: Any) -> int:
-    """Major version of the running TensorRT (10, 11, ...)."""
-    return int(str(trt.__version__).split(".")[0])
-
 
 def make_logger(trt: Any, verbose: bool = False) -> Any:
     """A TensorRT logger at WARNING (VERBOSE with ``verbose``)."""
@@ -61,18 +46,6 @@ def network_flags(trt: Any, options: BuildOptions) -> int:
     if options.strongly_typed:
         return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     return 0
-
-
-def numpy_dtype(trt: Any, dtype: Any) -> np.dtype:
-    """numpy dtype of a ``tensorrt.DataType``."""
-    table = {trt.DataType.FLOAT: np.float32, trt.DataType.HALF: np.float16,
-             trt.DataType.INT8: np.int8, trt.DataType.INT32: np.int32,
-             trt.DataType.INT64: np.int64, trt.DataType.BOOL: np.bool_,
-             trt.DataType.UINT8: np.uint8}
-    if dtype not in table:
-        raise EngineBuildError(f"engine tensor type {dtype} has no numpy equivalent; export the "
-                               "model's inputs/outputs as float32, float16 or an integer type")
-    return np.dtype(table[dtype])
 
 
 def engine_io_specs(trt: Any,

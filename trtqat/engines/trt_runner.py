@@ -14,7 +14,7 @@ import logging
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,7 +23,10 @@ from trtqat.engines.cuda import CudaApi, HostBuffer, load_cuda
 from trtqat.engines.errors import CudaError, EngineError, OptionsError, ShapeError
 from trtqat.engines.specs import format_shape
 from trtqat.engines.timing import QueryTimes
-from trtqat.engines.trt import TrtEngine, import_tensorrt, numpy_dtype, trt_major
+from trtqat.engines.trt_lib import import_tensorrt, numpy_dtype, trt_major
+
+if TYPE_CHECKING:
+    from trtqat.engines.trt import TrtEngine
 
 log = logging.getLogger(__name__)
 

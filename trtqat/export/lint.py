@@ -19,7 +19,7 @@ from trtqat.export._graph import GraphIndex, attr, opset_version
 from trtqat.export.errors import LintError
 from trtqat.export.lint_report import RULES, Finding, LintReport, format_report
 from trtqat.export.lint_scales import DATA_MOVEMENT as _DATA_MOVEMENT
-from trtqat.export.lint_scales import all_equal, consumer_scales, distinct, scales_of
+from trtqat.export.lint_scales import all_equal, consumer_scales, distinct, readers, scales_of
 
 __all__ = ["RULES", "SKIP_LAYERS_KEY", "Finding", "LintReport", "format_report", "lint_model",
            "skip_patterns"]
@@ -237,17 +237,8 @@ class _Linter:
         ``DQ -> Reshape -> LayerNormalization`` feeds the LayerNorm int8 values just as a
         direct edge does: TensorRT moves the DQ across the Reshape.
         """
-        found, todo, seen = [], [tensor], set()
-        while todo:
-            t = todo.pop()
-            for user in self.g.consumers.get(t, []):
-                if id(user) in seen:
-                    continue
-                seen.add(id(user))
-                if user.op_type in _DATA_MOVEMENT and user.input[0] == t:
-                    todo.extend(o for o in user.output if o)
-                elif user.op_type not in INT8_CAPABLE:
-                    found.append(user)
+        found = [user for user, _ in readers(self.g.consumers, tensor)
+                 if user.op_type not in INT8_CAPABLE]
         return found
 
     def _weight_index(self, node: onnx.NodeProto) -> tuple[int, int] | None:

@@ -40,21 +40,30 @@ def source(linter, tensor: str) -> str:
     return tensor
 
 
-def consumer_scales(linter, tensor: str) -> list[np.ndarray]:
-    """Scales of the QuantizeLinear nodes reading ``tensor`` (through data movement)."""
-    found, todo, seen = [], [tensor], set()
+def readers(consumers, tensor: str, through=DATA_MOVEMENT):
+    """Each node reading ``tensor``, once, looking through ``through`` ops (which read it as
+    their first input): yields ``(node, the tensor it reads)``."""
+    todo, seen = [tensor], set()
     while todo:
         t = todo.pop()
-        for user in linter.g.consumers.get(t, []):
+        for user in consumers.get(t, []):
             if id(user) in seen:
                 continue
             seen.add(id(user))
-            if user.op_type == "QuantizeLinear" and user.input[0] == t:
-                scale = linter._scale(user)
-                if scale is not None:
-                    found.append(scale)
-            elif user.op_type in DATA_MOVEMENT and user.input[0] == t:
+            if user.op_type in through and user.input[0] == t:
                 todo.extend(o for o in user.output if o)
+            else:
+                yield user, t
+
+
+def consumer_scales(linter, tensor: str) -> list[np.ndarray]:
+    """Scales of the QuantizeLinear nodes reading ``tensor`` (through data movement)."""
+    found = []
+    for user, t in readers(linter.g.consumers, tensor):
+        if user.op_type == "QuantizeLinear" and user.input[0] == t:
+            scale = linter._scale(user)
+            if scale is not None:
+                found.append(scale)
     return found
 
 

@@ -22,11 +22,10 @@ from torch import nn
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.config import QuantConfig
 from trtqat.quant.model_ops import (
+    calibrating,
     collect_stats,
     compute_amax,
-    disable_calibration,
     disable_layers,
-    enable_calibration,
     leave_out_unused,
     name_quantizers,
     quantizers,
@@ -94,15 +93,8 @@ def calibrate(model: nn.Module, forward_loop: ForwardLoop, method: str = "max", 
         name_quantizers(model)
         if not any(True for _ in quantizers(model)):
             raise CalibrationError("the model has no quantizer: nothing to calibrate")
-        was_training = model.training
-        model.eval()
-        enable_calibration(model)
-        try:
-            with torch.no_grad():
-                forward_loop(model)
-        finally:
-            disable_calibration(model)
-            model.train(was_training)
+        with calibrating(model), torch.no_grad():
+            forward_loop(model)
         left_out = leave_out_unused(model)
     elif isinstance(forward_loop, (torch.Tensor, Mapping)) or not hasattr(forward_loop,
                                                                           "__iter__"):

@@ -121,13 +121,8 @@ def _as_amax(amax: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
     return amax
 
 
-def fake_tensor_quant(
-    inputs: torch.Tensor,
-    amax: torch.Tensor | float,
-    num_bits: int = 8,
-    unsigned: bool = False,
-    narrow_range: bool = True,
-) -> torch.Tensor:
+def fake_tensor_quant(inputs: torch.Tensor, amax: torch.Tensor | float, num_bits: int = 8,
+                      unsigned: bool = False, narrow_range: bool = True) -> torch.Tensor:
     """Quantize then dequantize ``inputs`` with range ``amax`` (straight-through gradient).
 
     ``amax`` is a scalar or a tensor broadcastable to ``inputs`` (per-channel ranges keep
@@ -138,25 +133,15 @@ def fake_tensor_quant(
     return _FakeQuant.apply(inputs, _as_amax(amax, inputs).detach(), qmin, qmax)
 
 
-def fake_tensor_quant_learnable(
-    inputs: torch.Tensor,
-    amax: torch.Tensor,
-    num_bits: int = 8,
-    unsigned: bool = False,
-    narrow_range: bool = True,
-) -> torch.Tensor:
+def fake_tensor_quant_learnable(inputs: torch.Tensor, amax: torch.Tensor, num_bits: int = 8,
+                                unsigned: bool = False, narrow_range: bool = True) -> torch.Tensor:
     """Like :func:`fake_tensor_quant`, and ``amax`` receives its straight-through gradient."""
     qmin, qmax = quant_bounds(num_bits, unsigned, narrow_range)
     return _FakeQuantLearnable.apply(inputs, amax, qmin, qmax)
 
 
-def tensor_quant(
-    inputs: torch.Tensor,
-    amax: torch.Tensor | float,
-    num_bits: int = 8,
-    unsigned: bool = False,
-    narrow_range: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def tensor_quant(inputs: torch.Tensor, amax: torch.Tensor | float, num_bits: int = 8,
+                 unsigned: bool = False, narrow_range: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``inputs``: returns ``(integers as float tensor, scale)``.
 
     As in pytorch-quantization, ``scale = qmax / amax`` and ``inputs ~= outputs / scale``.

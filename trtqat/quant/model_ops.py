@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import torch
@@ -105,6 +106,18 @@ def quantizers(model: nn.Module) -> Iterator[tuple[str, TensorQuantizer]]:
     return modules_of(model, TensorQuantizer)
 
 
+def quantizer_names(model: nn.Module) -> tuple[dict[int, list[str]], dict[int, TensorQuantizer]]:
+    """Every name of every quantizer (one shared by several places has several), and the
+    quantizers, both keyed by ``id``."""
+    names: dict[int, list[str]] = {}
+    objects: dict[int, TensorQuantizer] = {}
+    for name, q in model.named_modules(remove_duplicate=False):
+        if isinstance(q, TensorQuantizer):
+            names.setdefault(id(q), []).append(name)
+            objects[id(q)] = q
+    return names, objects
+
+
 def name_quantizers(model: nn.Module) -> None:
     """Let every quantizer know its name, so its errors can say which one it is."""
     for name, q in quantizers(model):
@@ -126,12 +139,7 @@ def disable_layers(model: nn.Module, patterns: Iterable[str]) -> list[str]:
     if patterns and not hit:
         raise QuantConfigError(f"--skip-layers {','.join(patterns)} matches no quantized layer; list layer names with `trtqat sensitivity`")
     prefixes = tuple(f"{h}." for h in hit)
-    names: dict[int, list[str]] = {}
-    objects: dict[int, TensorQuantizer] = {}
-    for name, q in model.named_modules(remove_duplicate=False):
-        if isinstance(q, TensorQuantizer):
-            names.setdefault(id(q), []).append(name)
-            objects[id(q)] = q
+    names, objects = quantizer_names(model)
     for key, all_names in names.items():
         inside = [n for n in all_names if n in hit or n.startswith(prefixes)]
         if not inside:
@@ -195,16 +203,33 @@ def _batch_input(batch):
     return batch
 
 
+def call_with(model: nn.Module, inputs):
+    """``model(**inputs)`` for a dict, ``model(*inputs)`` for a tuple or list, else
+    ``model(inputs)``."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
 def _batch_call(model: nn.Module, batch, device) -> None:
     x = _batch_input(batch)
-    if device is not None:
-        x = _to(x, device)
-    if isinstance(x, dict):
-        model(**x)
-    elif isinstance(x, (tuple, list)):
-        model(*x)
-    else:
-        model(x)
+    call_with(model, x if device is None else _to(x, device))
+
+
+@contextmanager
+def calibrating(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode with every quantizer collecting statistics; afterwards
+    quantizing again and the training mode restored."""
+    was_training = model.training
+    model.eval()
+    enable_calibration(model)
+    try:
+        yield
+    finally:
+        disable_calibration(model)
+        model.train(was_training)
 
 
 def _to(x, device):
@@ -254,11 +279,8 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
     name_quantizers(model)
     if not any(True for _ in quantizers(model)):
         raise CalibrationError("the model has no TensorQuantizer: build it under quant_modules.initialize() or call trtqat.quantize(model) first")
-    was_training = model.training
-    model.eval()
-    enable_calibration(model)
     seen = 0
-    try:
+    with calibrating(model):
         total = num_batches
         if total is None:
             try:
@@ -270,9 +292,6 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
             seen += 1
             if num_batches is not None and seen >= num_batches:
                 break
-    finally:
-        disable_calibration(model)
-        model.train(was_training)
     if seen == 0:
         raise CalibrationError("calibration got no data: the data loader is empty; give it at least one batch")
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from trtqat.atomic import publish, temp_path, write_failed
+from trtqat.atomic import fill_atomic, publish, temp_path, write_failed
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 
@@ -81,25 +81,16 @@ def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 
     A later atomic replace of ``src`` leaves ``dst`` untouched: it keeps the old content.
     """
-    src, dst = Path(src), Path(dst)
-    try:
-        tmp = temp_path(dst)
-        tmp.unlink()
-    except OSError as exc:
-        raise write_failed(dst, exc) from None
-    try:
+    src = Path(src)
+
+    def fill(tmp: Path) -> None:
+        tmp.unlink()  # os.link needs a free name
         try:
             os.link(src, tmp)
         except OSError:
             shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise write_failed(dst, exc) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return dst
+
+    return fill_atomic(dst, fill)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

@@ -119,7 +119,7 @@ class DetectFamily(ModelFamily):
                     "batch_size": TRAIN_RECIPE["batch_size"]}
         from trtqat.families.detect.runs import qat_recipe
 
-        return qat_recipe(cfg, source or {"model": {}})
+        return qat_recipe(cfg, source or {"model": {}}, TRAIN_RECIPE)
 
     # ---- stages -------------------------------------------------------------------------
     def run_train(self, cfg: Any) -> dict[str, Any]:

@@ -199,14 +199,15 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
         return _result("calibrate", st.out, {"last": record, "best_map": val["map"]})
 
 
-def qat_recipe(cfg: QATConfig, src: dict[str, Any]) -> dict[str, Any]:
-    """TensorRT's QAT guidance from the FP32 run the checkpoint records (10% of its epochs,
+def qat_recipe(cfg: QATConfig, src: dict[str, Any],
+               train_recipe: dict[str, Any]) -> dict[str, Any]:
+    """TensorRT's QAT guidance from the FP32 run the checkpoint records (``train_recipe``
+    where it records nothing; 10% of its epochs,
     at least 1; 1% of its lr, cosine to 1% of that); the loss is the model's own
     (``ultralytics`` or ``detect``), ``distill`` the weight of the FP32 teacher's term."""
-    from trtqat.families.detect.family import TRAIN_RECIPE
     from trtqat.runs.qat_recipe import FINAL_LR_FRACTION, LR_FRACTION, qat_epochs
 
-    fp32 = {**TRAIN_RECIPE, **{k: v for k, v in (src.get("train_args") or {}).items()
+    fp32 = {**train_recipe, **{k: v for k, v in (src.get("train_args") or {}).items()
                                if v is not None}}
     epochs = cfg.epochs or qat_epochs(fp32["epochs"])
     lr = cfg.lr or LR_FRACTION * fp32["lr"]

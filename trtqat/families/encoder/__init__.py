@@ -43,10 +43,10 @@ from trtqat.families.encoder.recipes import (
 from trtqat.quant.plugins.attention import (
     ATTN_IMPLEMENTATION,
     quantize_attention,
-    quantize_transformer,
     register_attention,
 )
 from trtqat.quant.plugins.matmul import QuantMatMul
+from trtqat.quant.plugins.transformer import quantize_transformer
 
 _LAZY = {"export_encoder": "trtqat.families.encoder.onnx_export",
          "EncoderExporter": "trtqat.families.encoder.onnx_export"}

@@ -75,7 +75,7 @@ def build_encoder_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None =
         raise CheckpointError(f"cannot rebuild the checkpoint's encoder: {exc}") from None
     model.normalize = bool(spec.get("normalize", True))
     if quantized:
-        from trtqat.quant.plugins.attention import quantize_transformer
+        from trtqat.quant.plugins.transformer import quantize_transformer
 
         quantize_transformer(model, skip_layers=tuple(spec.get("skip_layers") or ()))
     state = ckpt["state_dict"]

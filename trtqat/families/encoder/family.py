@@ -62,7 +62,7 @@ class EncoderFamily(ModelFamily):
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
         """Linear layers and the attention matmuls, in place."""
-        from trtqat.quant.plugins.attention import quantize_transformer
+        from trtqat.quant.plugins.transformer import quantize_transformer
 
         return quantize_transformer(model, skip_layers=tuple(skip_layers))
 

@@ -34,7 +34,7 @@ from trtqat.errors import QuantizerStateError
 from trtqat.families.encoder.minilm import DEFAULT_MAX_LENGTH, batches, tokenize
 from trtqat.quant.calib.registry import methods
 from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
-from trtqat.quant.plugins.attention import quantize_transformer
+from trtqat.quant.plugins.transformer import quantize_transformer
 from trtqat.runopts import ConfigError, check_positive, progress_bars
 from trtqat.runs.accel import Accel
 from trtqat.runs.loop import cosine_lambda

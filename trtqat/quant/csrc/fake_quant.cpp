@@ -52,22 +52,26 @@ constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
 constexpr int64_t kGrain = 1 << 16;    // elements per parallel task (smaller: one thread)
 
 // ----------------------------------------------------------------- element loops
+// One element: x/s clamped a step beyond [lo, hi] (so the float->int rounding by kMagic is
+// exact), rounded half to even, clipped to [lo, hi] and scaled back; ``clipped`` records an
+// element outside [lo, hi] (or NaN).
+inline float fq_one(float x, float s, float lo, float hi, int& clipped) {
+  const float v = x / s;
+  float w = v < lo - 1.0f ? lo - 1.0f : v;
+  w = w > hi + 1.0f ? hi + 1.0f : w;
+  const float r = (w + kMagic) - kMagic;
+  clipped |= !((r >= lo) & (r <= hi));
+  float q = r < lo ? lo : r;
+  q = q > hi ? hi : q;
+  return q * s;
+}
+
 // One scale for the whole run. Returns nonzero if any element was clipped (or NaN).
 TRTQAT_CLONES
 int fq_fwd_scalar(const float* __restrict x, float* __restrict y, int64_t n, float s, float lo,
                   float hi) {
-  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
   int clipped = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] / s;
-    float w = v < lo1 ? lo1 : v;
-    w = w > hi1 ? hi1 : w;
-    const float r = (w + kMagic) - kMagic;
-    clipped |= !((r >= lo) & (r <= hi));
-    float q = r < lo ? lo : r;
-    q = q > hi ? hi : q;
-    y[i] = q * s;
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = fq_one(x[i], s, lo, hi, clipped);
   return clipped;
 }
 
@@ -75,19 +79,8 @@ int fq_fwd_scalar(const float* __restrict x, float* __restrict y, int64_t n, flo
 TRTQAT_CLONES
 int fq_fwd_vector(const float* __restrict x, float* __restrict y, int64_t n,
                   const float* __restrict s, float lo, float hi) {
-  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
   int clipped = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float si = s[i];
-    const float v = x[i] / si;
-    float w = v < lo1 ? lo1 : v;
-    w = w > hi1 ? hi1 : w;
-    const float r = (w + kMagic) - kMagic;
-    clipped |= !((r >= lo) & (r <= hi));
-    float q = r < lo ? lo : r;
-    q = q > hi ? hi : q;
-    y[i] = q * si;
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = fq_one(x[i], s[i], lo, hi, clipped);
   return clipped;
 }
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from trtqat.quant.model_ops import quantizer_names
 from trtqat.quant.placement.rules import RULE_TEXT
-from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 _BY_NAME = (("residual_quantizer", "residual-add"), ("concat_quantizer", "concat"),
             ("pool_quantizer", "maxpool"), ("matmul_qk", "attention"),
@@ -34,12 +34,7 @@ def owners(names: list[str]) -> list[str]:
 def describe_lines(model: nn.Module) -> list[str]:
     """``name  [rule] what it does (state)`` per quantizer; a quantizer shared by several
     names is listed once with its other names."""
-    names: dict[int, list[str]] = {}
-    objs: dict[int, TensorQuantizer] = {}
-    for name, m in model.named_modules(remove_duplicate=False):
-        if isinstance(m, TensorQuantizer):
-            names.setdefault(id(m), []).append(name)
-            objs[id(m)] = m
+    names, objs = quantizer_names(model)
     lines = []
     for key, all_names in names.items():
         first = all_names[0]

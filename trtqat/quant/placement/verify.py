@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trtqat.quant.model_ops import call_with
 from trtqat.quant.placement.place import Placement
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -67,12 +68,7 @@ def verify_placement(model: nn.Module, example_inputs: Any, placement: Placement
         for q, _ in states:
             q._disabled = True
         model.eval()
-        if isinstance(example_inputs, dict):
-            model(**example_inputs)
-        elif isinstance(example_inputs, (tuple, list)):
-            model(*example_inputs)
-        else:
-            model(example_inputs)
+        call_with(model, example_inputs)
         bad = []
         for name, ((args, kwargs), output) in calls.items():
             module = placed[name]

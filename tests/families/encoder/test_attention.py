@@ -16,9 +16,9 @@ from trtqat.quant.plugins.attention import (
     ATTN_IMPLEMENTATION,
     attention_modules,
     quant_matmuls,
-    quantize_transformer,
 )
 from trtqat.quant.plugins.matmul import QuantMatMul
+from trtqat.quant.plugins.transformer import quantize_transformer
 
 
 def test_every_attention_gets_two_quant_matmuls(tiny):

@@ -45,7 +45,7 @@ def test_ptq_gives_finite_embeddings_close_to_fp32(minilm, sentences):
     ref = embed(model, tok, sentences, max_length=32)
     q = quantized_copy(model)
     collect_encoder_stats(q, tok, sentences, batch_size=4, max_length=32)
-    # mse is exercised on the tiny model (test_tf_recipes): it costs seconds per model here
+    # mse is exercised on the tiny model (tests/families/encoder/test_recipes.py): it costs seconds per model here
     for method, pct in (("max", None), ("percentile", 99.99), ("entropy", None)):
         set_amax(q, method, pct or 99.99)
         out = embed(q, tok, sentences, max_length=32)
