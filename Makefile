@@ -23,8 +23,9 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check trtqat tests benchmarks
 
+# the suite on every core (one worker per core, each test file on one worker)
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/qat_overhead.py
