@@ -30,6 +30,7 @@ from trtqat.quant.model_ops import (
     leave_out_unused,
     name_quantizers,
     quantizers,
+    skipped,
 )
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.placement import Placement, place
@@ -44,7 +45,9 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
              forward_loop: ForwardLoop | None = None,
              example_inputs: Any = None) -> nn.Module:
     """Quantize ``model`` in place with TensorRT's Q/DQ placement; calibrate it when
-    ``forward_loop`` is given. Returns ``model``.
+    ``forward_loop`` is given. Returns ``model``. The layers the model's family keeps in
+    float (a detector's final prediction convs and DFL) stay float, as in ``trtqat
+    calibrate``.
 
     Args:
         model: a built float model, or one built under ``quant_modules.initialize()``.
@@ -63,12 +66,24 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     placement = place(model, cfg)
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
-    if cfg.keep_float:
-        disable_layers(model, cfg.keep_float)
+    keep_float = (*family_float_layers(model), *cfg.keep_float)
+    if keep_float:
+        disable_layers(model, keep_float)
     if forward_loop is not None:
         calibrate(model, forward_loop, cfg.method or default_method(placement),
                   percentile=cfg.percentile, num_batches=cfg.num_batches)
     return model
+
+
+def family_float_layers(model: nn.Module) -> tuple[str, ...]:
+    """The layers the model's family keeps in float by default (a detector's final
+    prediction convs and DFL, as ``trtqat calibrate`` keeps them) that hold quantizers."""
+    from trtqat import families
+
+    patterns = families.of_module(model).float_layers(model)
+    held = [name for name, m in model.named_modules()
+            if name and any(True for _ in quantizers(m))]
+    return tuple(p for p in patterns if any(skipped(name, (p,)) for name in held))
 
 
 def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = None,

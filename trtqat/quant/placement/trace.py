@@ -155,7 +155,8 @@ def traceable_kind(module: nn.Module) -> str | None:
         return "its forward is set on the instance"
     if mod.startswith("torch.") and not isinstance(module, _CONTAINERS):
         return "leaf"
-    if mod.startswith("trtqat.") and not mod.startswith("trtqat.quant.placement"):
+    if mod.startswith("trtqat.") and not mod.startswith(("trtqat.quant.placement",
+                                                        "trtqat.families.")):
         return "leaf"
     if mod.startswith("transformers."):
         return "leaf"  # Hugging Face attention: quantized by trtqat.quant.plugins.attention
