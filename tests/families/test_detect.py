@@ -273,9 +273,18 @@ def test_old_detector_checkpoints_load_with_the_placement_they_were_made_with() 
     new = family.load({"model": {**spec, "placement": "graph-1"},
                        "state_dict": _placed_state()})
     assert any(n.endswith("residual_quantizer") for n in _names(new)[0])
+    assert new.stage4[2].pool_quantizer_1.amax is not None
 
 
 def _placed_state() -> dict:
+    """A calibrated placed detector's state: shared quantizers under numbered names
+    (``stage4.2.pool_quantizer_1``), each with its amax."""
+    from trtqat.quant.model_ops import collect_stats, compute_amax
+
     model = YoloDigits(10)
     families.get("detect").quantize(model)
-    return model.state_dict()
+    collect_stats(model, [torch.rand(1, 3, 64, 64)], progress=False)
+    compute_amax(model, "max")
+    state = model.state_dict()
+    assert "stage4.2.pool_quantizer_1._amax" in state
+    return state
