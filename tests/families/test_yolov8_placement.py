@@ -3,8 +3,8 @@
 with default options. The INT8 file is read node by node (not through the lint): BatchNorm
 folded, every Concat and MaxPool of the backbone and neck with one scale on its inputs and
 output, the C2f bottlenecks' residual Adds quantized, the head's prediction convs and DFL
-in float on purpose; then the lint is clean and the export check scored boxes and scores
-apart. Small: 64x64 images, 2 calibration batches (the ONNX export itself takes a minute)."""
+in float on purpose, the batch dynamic although calibration ran with another; then the
+lint is clean and the export check scored boxes and scores apart. Small: 64x64 images, 2 calibration batches (the ONNX export itself takes a minute)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def exported(tmp_path_factory):
     batches = [torch.rand(2, 3, 64, 64) for _ in range(2)]
     trtqat.quantize(model, forward_loop=batches)
     path = tmp_path_factory.mktemp("yolo") / "yolov8n-int8.onnx"
-    result = trtqat.export_onnx(model, batches[0], path, variant="int8")
+    # validated on another batch size than calibration's: the batch stays dynamic
+    result = trtqat.export_onnx(model, batches[0], path, variant="int8",
+                                validation_data=[torch.rand(3, 3, 64, 64)])
     return onnx.load(str(path)), result
 
 
@@ -71,9 +73,11 @@ class Graph:
                 n.name.startswith("model.22") == head]
 
 
-def test_batchnorm_is_folded(exported) -> None:
+def test_batchnorm_is_folded_and_the_batch_is_dynamic(exported) -> None:
     model, _ = exported
     assert not [n.name for n in model.graph.node if n.op_type == "BatchNormalization"]
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch.dim_param and not batch.dim_value  # not the calibration batch (2)
 
 
 def test_concat_and_maxpool_inputs_and_outputs_share_one_scale(exported) -> None:

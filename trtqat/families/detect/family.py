@@ -207,7 +207,9 @@ class DetectFamily(ModelFamily):
         marked as float on purpose, the per-slice check."""
         from trtqat.export.onnx_export import model_plan
         from trtqat.families.detect.sources import float_layers, io_names
+        from trtqat.families.detect.ultralytics import anchors_follow_input
 
+        anchors_follow_input(model)  # a batch seen in calibration must not fix the file's
         if getattr(model, "trtqat_skip_layers", None) is None:
             model.trtqat_skip_layers = float_layers(model)
         plan = model_plan(model, example_inputs, checks=self.export_check, **options)
