@@ -93,12 +93,6 @@ class ModelFamily(abc.ABC):
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
         """Insert the quantizers this family needs (layers, residual adds, attention matmuls)."""
 
-    def float_layers(self, model: nn.Module) -> tuple[str, ...]:
-        """Glob patterns of the layers this family keeps in float by default (quantized but
-        disabled, marked as float on purpose; ``trtqat.quantize`` keeps them too); none by
-        default."""
-        return ()
-
     # ---- data, recipe, metrics ----------------------------------------------------------
     @abc.abstractmethod
     def data(self, cfg: StageConfig, split: str, **context: Any) -> StageData:

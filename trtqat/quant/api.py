@@ -13,7 +13,7 @@ Quant* layers and their quantizers; ``quantize`` adds what the placement needs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,9 +45,9 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
              forward_loop: ForwardLoop | None = None,
              example_inputs: Any = None) -> nn.Module:
     """Quantize ``model`` in place with TensorRT's Q/DQ placement; calibrate it when
-    ``forward_loop`` is given. Returns ``model``. The layers the model's family keeps in
-    float (a detector's final prediction convs and DFL) stay float, as in ``trtqat
-    calibrate``.
+    ``forward_loop`` is given. Returns ``model``. Layers the model marks with a
+    ``trtqat_float_layers`` attribute (glob patterns; the detection family's models mark
+    their final prediction convs and DFL) stay float, as in ``trtqat calibrate``.
 
     Args:
         model: a built float model, or one built under ``quant_modules.initialize()``.
@@ -66,7 +66,8 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     placement = place(model, cfg)
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
-    keep_float = (*family_float_layers(model), *cfg.keep_float)
+    marked = tuple(getattr(model, "trtqat_float_layers", None) or ())
+    keep_float = (*held(model, marked), *cfg.keep_float)
     if keep_float:
         disable_layers(model, keep_float)
     if forward_loop is not None:
@@ -75,15 +76,11 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     return model
 
 
-def family_float_layers(model: nn.Module) -> tuple[str, ...]:
-    """The layers the model's family keeps in float by default (a detector's final
-    prediction convs and DFL, as ``trtqat calibrate`` keeps them) that hold quantizers."""
-    from trtqat import families
-
-    patterns = families.of_module(model).float_layers(model)
-    held = [name for name, m in model.named_modules()
-            if name and any(True for _ in quantizers(m))]
-    return tuple(p for p in patterns if any(skipped(name, (p,)) for name in held))
+def held(model: nn.Module, patterns: Sequence[str]) -> tuple[str, ...]:
+    """The ``patterns`` that match a module holding quantizers."""
+    names = [name for name, m in model.named_modules()
+             if name and any(True for _ in quantizers(m))]
+    return tuple(p for p in patterns if any(skipped(name, (p,)) for name in names))
 
 
 def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = None,

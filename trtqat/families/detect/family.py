@@ -102,13 +102,6 @@ class DetectFamily(ModelFamily):
             disable_layers(model, patterns)
         return model
 
-    def float_layers(self, model: nn.Module) -> tuple[str, ...]:
-        """The final prediction convs (and an Ultralytics head's DFL conv), which the
-        family keeps in float (see ``sources.float_layers``)."""
-        from trtqat.families.detect.sources import float_layers
-
-        return float_layers(model)
-
     # ---- data and recipe ----------------------------------------------------------------
     def data(self, cfg: Any, split: str, **context: Any) -> StageData:
         """Detection batches ``(images, [targets])``: ``context`` holds ``data``,
@@ -203,15 +196,14 @@ class DetectFamily(ModelFamily):
         return detection_checks(variant, reference, candidate, context)
 
     def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> Any:
-        """As ``trtqat export`` exports a detector: ``images``/``output0``, the float head
-        marked as float on purpose, the per-slice check."""
+        """As ``trtqat export`` exports a detector: ``images``/``output0``, the layers whose
+        quantizers are disabled (the float head) marked as float on purpose, the per-slice
+        check."""
         from trtqat.export.onnx_export import model_plan
-        from trtqat.families.detect.sources import float_layers, io_names
+        from trtqat.families.detect.sources import io_names
         from trtqat.families.detect.ultralytics import anchors_follow_input
 
         anchors_follow_input(model)  # a batch seen in calibration must not fix the file's
-        if getattr(model, "trtqat_skip_layers", None) is None:
-            model.trtqat_skip_layers = float_layers(model)
         plan = model_plan(model, example_inputs, checks=self.export_check, **options)
         plan.input_names, plan.output_names = io_names(model)
         return plan

@@ -66,6 +66,7 @@ def _ready(net: nn.Module) -> nn.Module:
     net.args = get_cfg()
     head = net.model[-1]
     head.export = True  # eval: the (B, 4 + nc, A) tensor alone
+    net.trtqat_float_layers = head_float_layers(net)  # trtqat.quantize keeps them float
     if getattr(head, "one2one_cv2", None) is not None and getattr(head, "cv2", None) is not None:
         head.end2end = False  # the one-to-many outputs: NMS is trtqat's (or the export's)
     return net.float()

@@ -151,6 +151,7 @@ class YoloDigits(nn.Module):
     """A small YOLOv8-style detector (backbone, FPN+PAN neck, decoupled head)."""
 
     strides = STRIDES
+    trtqat_float_layers = FLOAT_LAYERS  # trtqat.quantize keeps them float too
 
     def __init__(self, num_classes: int = 10, widths: tuple[int, ...] = WIDTHS) -> None:
         super().__init__()
