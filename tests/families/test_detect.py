@@ -221,3 +221,70 @@ def test_a_model_built_under_initialize_keeps_its_head_float() -> None:
     families.get("detect").quantize(model)
     off = {n.rsplit(".", 1)[0] for n, q in quantizers(model) if q.disabled}
     assert off == {f"head.{k}.{i}" for k in ("box", "cls") for i in range(3)}
+
+
+def _names(model: torch.nn.Module) -> tuple[set[str], set[str]]:
+    """Enabled and disabled quantizers, each name of a shared one."""
+    from trtqat.quant.tensor_quantizer import TensorQuantizer
+
+    every = [(n, q) for n, q in model.named_modules(remove_duplicate=False)
+             if isinstance(q, TensorQuantizer)]
+    return {n for n, q in every if not q.disabled}, {n for n, q in every if q.disabled}
+
+
+def test_builtin_detector_gets_the_graph_placement_of_trtqat_quantize() -> None:
+    import trtqat
+
+    torch.manual_seed(0)
+    model = YoloDigits(10, widths=(8, 16, 16, 16))
+    families.get("detect").quantize(model)
+    on, off = _names(model)
+    assert {f"{s}.1.m.0.residual_quantizer" for s in ("stage1", "stage2", "stage3", "stage4")
+            } <= on  # the bottlenecks' residual Adds
+    c2f = model.stage1[1]  # the identity is a half of cv1's output, which the concat reads
+    assert c2f.m[0].residual_quantizer is c2f.concat_quantizer is c2f.cv2.conv._input_quantizer
+    assert "stage4.2.pool_quantizer" in on  # SPPF: MaxPool input and output, one scale
+    assert model.stage4[2].pool_quantizer is model.stage4[2].cv2.conv._input_quantizer
+    # the FPN concat of the upsampled P5 and P4 (in the model's own forward) shares the
+    # scale of the C2f that reads it
+    assert model.concat_quantizer is model.top4.cv1.conv._input_quantizer
+    assert off == {f"head.{k}.{i}.{w}_quantizer" for k in ("box", "cls") for i in range(3)
+                   for w in ("_input", "_weight")}
+    same = YoloDigits(10, widths=(8, 16, 16, 16))
+    trtqat.quantize(same)  # the library call: the same quantizers, the head float too
+    assert _names(same) == (on, off)
+
+
+def test_old_detector_checkpoints_load_with_the_placement_they_were_made_with() -> None:
+    from trtqat.families.cnn.models import QUANT_DESC_INPUT
+    from trtqat.quant.config import QuantConfig
+    from trtqat.quant.model_ops import disable_layers, quantize
+
+    family = families.get("detect")
+    old = YoloDigits(10)  # quantized as the family did before the placement was recorded
+    quantize(old, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
+    disable_layers(old, ("head.box.*", "head.cls.*"))
+    spec = {"arch": "yolo_digits", "family": "detect", "num_classes": 10, "quantized": True,
+            "skip_layers": [], "source": {"model": "yolo_digits", "kind": "builtin"}}
+    loaded = family.load({"model": spec, "state_dict": old.state_dict()})
+    assert _names(loaded) == _names(old)
+    assert not any(n.endswith(("concat_quantizer", "residual_quantizer"))
+                   for n in _names(loaded)[0])
+    new = family.load({"model": {**spec, "placement": "graph-1"},
+                       "state_dict": _placed_state()})
+    assert any(n.endswith("residual_quantizer") for n in _names(new)[0])
+    assert new.stage4[2].pool_quantizer_1.amax is not None
+
+
+def _placed_state() -> dict:
+    """A calibrated placed detector's state: shared quantizers under numbered names
+    (``stage4.2.pool_quantizer_1``), each with its amax."""
+    from trtqat.quant.model_ops import collect_stats, compute_amax
+
+    model = YoloDigits(10)
+    families.get("detect").quantize(model)
+    collect_stats(model, [torch.rand(1, 3, 64, 64)], progress=False)
+    compute_amax(model, "max")
+    state = model.state_dict()
+    assert "stage4.2.pool_quantizer_1._amax" in state
+    return state

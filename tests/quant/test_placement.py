@@ -166,3 +166,29 @@ def test_placed_model_compiles():
     x = catalogue.images(1)[0]
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model)(x), ref(x), rtol=1e-4, atol=1e-4)
+
+
+class _CachesShape(nn.Module):
+    """A head that caches what it computed from the last input's shape (as Ultralytics'
+    Detect head caches its anchors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.shape = None
+        self.anchors = torch.empty(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.shape is None:  # FX traces this branch and stores proxies
+            self.anchors = torch.zeros_like(y[:1]) + 0.5
+            self.shape = y.shape
+        return torch.cat((y, x), 1) + self.anchors.sum()
+
+
+def test_tracing_leaves_the_modules_state_as_it_was() -> None:
+    model = _CachesShape()
+    trtqat.quantize(model)
+    assert model.shape is None and model.anchors.numel() == 0
+    model.to(torch.float64).float()  # a proxy left in the module would fail here
+    assert model(torch.rand(1, 3, 8, 8)).shape == (1, 7, 8, 8)

@@ -13,7 +13,7 @@ Quant* layers and their quantizers; ``quantize`` adds what the placement needs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from trtqat.quant.model_ops import (
     leave_out_unused,
     name_quantizers,
     quantizers,
+    skipped,
 )
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.placement import Placement, place
@@ -43,7 +44,9 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
              forward_loop: ForwardLoop | None = None,
              example_inputs: Any = None) -> nn.Module:
     """Quantize ``model`` in place with TensorRT's Q/DQ placement; calibrate it when
-    ``forward_loop`` is given. Returns ``model``.
+    ``forward_loop`` is given. Returns ``model``. Layers the model marks with a
+    ``trtqat_float_layers`` attribute (glob patterns; the detection family's models mark
+    their final prediction convs and DFL) stay float, as in ``trtqat calibrate``.
 
     Args:
         model: a built float model, or one built under ``quant_modules.initialize()``.
@@ -62,12 +65,21 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     placement = place(model, cfg)
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
-    if cfg.keep_float:
-        disable_layers(model, cfg.keep_float)
+    marked = tuple(getattr(model, "trtqat_float_layers", None) or ())
+    keep_float = (*held(model, marked), *cfg.keep_float)
+    if keep_float:
+        disable_layers(model, keep_float)
     if forward_loop is not None:
         calibrate(model, forward_loop, cfg.method or default_method(placement),
                   percentile=cfg.percentile, num_batches=cfg.num_batches)
     return model
+
+
+def held(model: nn.Module, patterns: Sequence[str]) -> tuple[str, ...]:
+    """The ``patterns`` that match a module holding quantizers."""
+    names = [name for name, m in model.named_modules()
+             if name and any(True for _ in quantizers(m))]
+    return tuple(p for p in patterns if any(skipped(name, (p,)) for name in names))
 
 
 def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = None,

@@ -35,6 +35,7 @@ FILE_SOURCE = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_]\w*)$")
 STATE_KEYS = ("state_dict", "model_state_dict", "model", "state_dict_ema", "model_ema",
               "module", "net", "weights")
 SHOWN_KEYS = 3
+_QUANTIZER_KEY = re.compile(r"(^|\.)\w*_quantizers?(_\d+)?\.")  # a quantizer's buffer
 
 
 class ModelSourceError(TrtqatError, ValueError):
@@ -239,8 +240,9 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def is_quantizer_key(key: str) -> bool:
-    """True for the buffers of a TensorQuantizer (absent from float weights)."""
-    return "_quantizer." in key or key.startswith("_quantizer.")
+    """True for the buffers of a TensorQuantizer (absent from float weights), also of the
+    numbered quantizers placement adds (``pool_quantizer_1``) and quantizer lists."""
+    return _QUANTIZER_KEY.search(key) is not None
 
 
 def _few(keys: list[str]) -> str:

@@ -57,8 +57,10 @@ def _exporter(family: Any, variant: Variant, scored: list) -> Any:
 
     from trtqat.export.onnx_export import Exporter, image_plan
     from trtqat.families.detect.sources import float_layers, io_names
+    from trtqat.families.detect.ultralytics import anchors_follow_input
 
     model = family.load_variant(variant)
+    anchors_follow_input(model)
     skip: tuple[str, ...] = ()
     if variant.checkpoint is not None:
         from trtqat.runs.checkpoint import load_checkpoint

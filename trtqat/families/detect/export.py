@@ -40,9 +40,11 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
     from trtqat.export.onnx_export import image_plan
     from trtqat.families.cnn.export import dynamic_axes
     from trtqat.families.detect.sources import float_layers
+    from trtqat.families.detect.ultralytics import anchors_follow_input
     from trtqat.quant.model_ops import disable_layers
 
     spec = ckpt["model"]
+    anchors_follow_input(model)
     if options.skip_layers:
         disable_layers(model, tuple(options.skip_layers))
     model.trtqat_skip_layers = tuple(dict.fromkeys(

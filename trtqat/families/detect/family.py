@@ -63,6 +63,7 @@ class DetectFamily(ModelFamily):
         """The detector of a checkpoint, with its weights (quantized when it is, or when
         ``quantized=True``)."""
         from trtqat.families.cnn import fit_checkpoint_state
+        from trtqat.families.cnn.family import placement_of
         from trtqat.families.cnn.model_source import is_quantizer_key
 
         spec = ckpt["model"]
@@ -70,23 +71,33 @@ class DetectFamily(ModelFamily):
         source = spec.get("source") or {"model": spec["arch"]}
         model = self.build(source["model"], int(spec["num_classes"]), source=source)
         if quantized:
-            self.quantize(model, tuple(spec.get("skip_layers") or ()))
+            self.quantize(model, tuple(spec.get("skip_layers") or ()),
+                          placement=placement_of(spec))
         state = ckpt["state_dict"]
         if not quantized:
             state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
         fit_checkpoint_state(model, state, spec)
         return model
 
-    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
-        """Quant* layers (activations histogram-calibrated); the final prediction convs (and
-        an Ultralytics head's DFL) and ``skip_layers`` keep their float path, also in a
-        model built under ``quant_modules.initialize()``."""
-        from trtqat.families.cnn.models import QUANT_DESC_INPUT
+    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
+                 placement: str | None = None) -> nn.Module:
+        """TensorRT's Q/DQ placement in place, as ``trtqat.quantize`` places it (layers,
+        residual Adds, Concat/MaxPool shared scales; activations histogram-calibrated); the
+        final prediction convs (and an Ultralytics head's DFL) and ``skip_layers`` keep
+        their float path, also in a model built under ``quant_modules.initialize()``.
+        ``placement``: the one a checkpoint was calibrated with (``placement_of(spec)``;
+        None: the current one; ``legacy``: layer quantizers only)."""
+        from trtqat.families.cnn.models import LEGACY, QUANT_DESC_INPUT, quantize_classifier
         from trtqat.families.detect.sources import float_layers
-        from trtqat.quant.model_ops import QuantConfig, disable_layers, quantize
+        from trtqat.quant.config import QuantConfig
+        from trtqat.quant.model_ops import disable_layers, quantize
 
-        quantize(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
         patterns = (*float_layers(model), *skip_layers)
+        if placement != LEGACY:
+            quantize_classifier(model, patterns, placement)
+            return model
+        # detector checkpoints written before the placement was recorded: layers only
+        quantize(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
         if patterns:
             disable_layers(model, patterns)
         return model
@@ -185,13 +196,14 @@ class DetectFamily(ModelFamily):
         return detection_checks(variant, reference, candidate, context)
 
     def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> Any:
-        """As ``trtqat export`` exports a detector: ``images``/``output0``, the float head
-        marked as float on purpose, the per-slice check."""
+        """As ``trtqat export`` exports a detector: ``images``/``output0``, the layers whose
+        quantizers are disabled (the float head) marked as float on purpose, the per-slice
+        check."""
         from trtqat.export.onnx_export import model_plan
-        from trtqat.families.detect.sources import float_layers, io_names
+        from trtqat.families.detect.sources import io_names
+        from trtqat.families.detect.ultralytics import anchors_follow_input
 
-        if getattr(model, "trtqat_skip_layers", None) is None:
-            model.trtqat_skip_layers = float_layers(model)
+        anchors_follow_input(model)  # a batch seen in calibration must not fix the file's
         plan = model_plan(model, example_inputs, checks=self.export_check, **options)
         plan.input_names, plan.output_names = io_names(model)
         return plan

@@ -17,6 +17,7 @@ from torch import nn
 from trtqat.families.detect import loop
 from trtqat.families.types import StageResult
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers
+from trtqat.quant.placement import PLACEMENT_VERSION
 from trtqat.runs import distributed as D
 from trtqat.runs import recipes as R
 from trtqat.runs.checkpoint import CheckpointError, copy_checkpoint, save_checkpoint
@@ -182,7 +183,8 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
                   "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
         args = R.as_args(cfg, model=spec["source"]["model"], data=data, image_size=size,
                          batch_size=batch_size, world_size=1, method=method)
-        spec.update(quantized=True, skip_layers=list(cfg.skip_layers), image_size=size)
+        spec.update(quantized=True, skip_layers=list(cfg.skip_layers), image_size=size,
+                    placement=PLACEMENT_VERSION)
         calib = {"method": method, "percentile": cfg.percentile,
                  "num_batches": cfg.num_batches, "batches_seen": seen,
                  "source": str(cfg.checkpoint or spec["source"]["model"])}

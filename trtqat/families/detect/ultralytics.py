@@ -66,9 +66,19 @@ def _ready(net: nn.Module) -> nn.Module:
     net.args = get_cfg()
     head = net.model[-1]
     head.export = True  # eval: the (B, 4 + nc, A) tensor alone
+    net.trtqat_float_layers = head_float_layers(net)  # trtqat.quantize keeps them float
     if getattr(head, "one2one_cv2", None) is not None and getattr(head, "cv2", None) is not None:
         head.end2end = False  # the one-to-many outputs: NMS is trtqat's (or the export's)
     return net.float()
+
+
+def anchors_follow_input(model: nn.Module) -> None:
+    """Before an export: make an Ultralytics detection head compute its anchors from each
+    input's feature maps (``dynamic``, what Ultralytics' own exporter sets). Otherwise the
+    head compares the input with the shape it cached on its last run (calibration, a
+    BatchNorm-fold check), and ``torch.export`` fixes the exported batch to that run's."""
+    if is_yolo(model) and hasattr(model.model[-1], "dynamic"):
+        model.model[-1].dynamic = True
 
 
 def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None = None

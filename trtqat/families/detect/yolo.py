@@ -111,6 +111,16 @@ def decode(raw: torch.Tensor, points: torch.Tensor, steps: torch.Tensor) -> torc
     return torch.cat((centre, size, raw[:, 4:].sigmoid()), 1)
 
 
+@torch.fx.wrap
+def detections(raw: torch.Tensor, feats: list[torch.Tensor], strides: tuple[int, ...]
+               ) -> torch.Tensor:
+    """Raw head outputs -> boxes and scores, anchors from the feature maps' sizes (one
+    call in a traced graph: its shape arithmetic stays out of placement's FX traces)."""
+    points, steps = make_anchors([tuple(f.shape[2:]) for f in feats], strides, raw.device,
+                                 raw.dtype)
+    return decode(raw, points, steps)
+
+
 class Head(nn.Module):
     """Decoupled anchor-free head: per level a box branch and a class branch (two 3x3
     Conv-BN-SiLU each) ending in a 1x1 prediction conv (``box.<i>``, ``cls.<i>``)."""
@@ -141,6 +151,7 @@ class YoloDigits(nn.Module):
     """A small YOLOv8-style detector (backbone, FPN+PAN neck, decoupled head)."""
 
     strides = STRIDES
+    trtqat_float_layers = FLOAT_LAYERS  # trtqat.quantize keeps them float too
 
     def __init__(self, num_classes: int = 10, widths: tuple[int, ...] = WIDTHS) -> None:
         super().__init__()
@@ -176,9 +187,7 @@ class YoloDigits(nn.Module):
         raw = self.head(feats)
         if self.training:
             return raw
-        points, steps = make_anchors([tuple(f.shape[2:]) for f in feats], self.strides,
-                                     raw.device, raw.dtype)
-        return decode(raw, points, steps)
+        return detections(raw, feats, self.strides)
 
 
 def yolo_digits(num_classes: int = 10) -> YoloDigits:

@@ -155,7 +155,8 @@ def traceable_kind(module: nn.Module) -> str | None:
         return "its forward is set on the instance"
     if mod.startswith("torch.") and not isinstance(module, _CONTAINERS):
         return "leaf"
-    if mod.startswith("trtqat.") and not mod.startswith("trtqat.quant.placement"):
+    if mod.startswith("trtqat.") and not mod.startswith(("trtqat.quant.placement",
+                                                        "trtqat.families.")):
         return "leaf"
     if mod.startswith("transformers."):
         return "leaf"  # Hugging Face attention: quantized by trtqat.quant.plugins.attention
@@ -266,7 +267,9 @@ def _trace_root_class(base: type, pattern: Pattern) -> type:
 
 
 def _trace_once(module: nn.Module, root_cls: type, training: bool) -> fx.Graph:
-    modes = {m: m.training for m in module.modules()}
+    """Trace ``module``'s forward; whatever the forward stores on the modules while traced
+    (a cached shape, anchors: proxies) is undone, as are the mode and class."""
+    state = {m: (m.__dict__.copy(), dict(m._buffers)) for m in module.modules()}
     saved = module.__class__
     try:
         module.train(training)
@@ -274,8 +277,11 @@ def _trace_once(module: nn.Module, root_cls: type, training: bool) -> fx.Graph:
         return _LeafTracer().trace(module)
     finally:
         module.__class__ = saved
-        for m, mode in modes.items():
-            m.training = mode
+        for m, (attrs, buffers) in state.items():
+            m.__dict__.clear()
+            m.__dict__.update(attrs)
+            m._buffers.clear()
+            m._buffers.update(buffers)
 
 
 def trace_module(path: str, module: nn.Module, pattern: Pattern) -> ModuleTrace:
