@@ -172,6 +172,16 @@ def test_quantized_residual_add_is_clean():
     assert "residual-add" not in rules(g.model(out))
 
 
+def test_add_of_a_conv_output_read_elsewhere_too_is_no_residual_warning():
+    # the stem conv feeds the next conv and the shortcut; the other input is a GroupNorm's:
+    # no conv output only the Add reads, so TensorRT has no conv + add to fuse
+    g = G()
+    stem = conv_block(g)
+    branch = g.op("InstanceNormalization", [conv_block(g, stem), g.const(np.ones(8)),
+                                            g.const(np.zeros(8))])
+    assert "residual-add" not in rules(g.model(g.op("Add", [stem, branch], name="b/Add")))
+
+
 def test_exported_resnet18_is_clean(resnet18_int8):
     report = lint_model(resnet18_int8)
     assert report.findings == [], report.lines()

@@ -324,7 +324,10 @@ class _Linter:
                for u in self.g.consumers.get(node.output[0], [])):
             return  # a transformer's residual: the sum goes to a float LayerNorm, not INT8
         producers = [self.g.producer.get(i) for i in inputs]
-        if any(p is not None and p.op_type in _CONV_BRANCH for p in producers):
+        # TensorRT fuses the Add into a conv whose output only the Add reads; a conv output
+        # read elsewhere too (a stem feeding the next conv and the shortcut) cannot fuse
+        if any(p is not None and p.op_type in _CONV_BRANCH
+               and len(self.g.consumers.get(i, [])) == 1 for p, i in zip(producers, inputs)):
             self.add("residual-add", "warning", node, "neither input has Q/DQ: quantize the "
                      "identity input so TensorRT fuses conv + add and keeps the block INT8")
 
