@@ -207,6 +207,7 @@ class Row:
     float_mm: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
 
 def _first_line(exc: BaseException) -> str:
@@ -250,13 +251,22 @@ def run_model(name: str, size: int, out: Path, threads: int, calib: int = 3,
     row = Row(name, size)
     t0 = time.perf_counter()
     stage = "build"
+    last = [t0]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        row.times[name] = now - last[0]
+        last[0] = now
+
     try:
         torch.manual_seed(0)
         model = builder(name)().eval()
         data = synthetic_batches(calib, batch, size)
         settle_batchnorm(model, data)
+        lap(stage)
         stage = "quantize"
         trtqat.quantize(model, forward_loop=data)
+        lap(stage)
         example = synthetic_batches(1, 2, size, seed=7)[0]
         val = synthetic_batches(2, 8, size, seed=11)
         for variant in VARIANTS:
@@ -264,10 +274,12 @@ def run_model(name: str, size: int, out: Path, threads: int, calib: int = 3,
             path = out / f"{name}-{size}-{variant}.onnx"
             result = trtqat.export_onnx(model, example, path, variant, validation_data=val)
             row.notes += [n for n in result.notes if n not in row.notes]
+            lap(stage)
         stage = "lint"
         _lint(out / f"{name}-{size}-int8.onnx", row)
         stage = "engine"
         _engine(out / f"{name}-{size}-int8.onnx", data, row, threads)
+        lap(stage)
     except Exception as exc:  # a sweep records the failure and goes on
         logging.getLogger("sweep").debug("%s failed", name, exc_info=True)
         row.stage, row.error = stage, _first_line(exc)
@@ -304,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="image size (models with a fixed size use theirs)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="folder for the ONNX files (temporary)")
+    parser.add_argument("--times", action="store_true",
+                        help="print each model's seconds per stage and its export notes")
     parser.add_argument("--traceback", action="store_true", help="print failures' tracebacks")
     args = parser.parse_args(argv)
     groups = {"all": all_models(), "timm": list(TIMM), "user": list(USER),
@@ -321,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
             row = run_model(name, size, out, args.threads)
             rows.append(row)
             print(format_row(row), flush=True)
+            if args.times:
+                print("    " + ", ".join(f"{k} {v:.0f}s" for k, v in row.times.items())
+                      + ("; notes: " + " | ".join(row.notes) if row.notes else ""), flush=True)
     bad = [r.name for r in rows if r.stage != "ok" or r.residual or r.float_layer or (
         r.mm_total and r.integer / r.mm_total < TARGET_INT_SHARE)]
     print(f"\n{len(rows) - len(bad)}/{len(rows)} models meet the targets"

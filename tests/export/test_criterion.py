@@ -67,6 +67,22 @@ def test_fp16_tolerance_grows_to_pytorchs_own_float16_drift():
     assert not compare("fp16", _fp16_pair(0.06), ["out"], half_floors=lambda: [drift])[0].passed
 
 
+def test_int8_fp16_limits_grow_to_pytorchs_own_float16_drift():
+    from trtqat.export.validate import compare
+
+    ref = np.linspace(-12.7, 12.7, 80, dtype=np.float32).reshape(8, 10)  # step 0.1
+    got = ref + 0.5  # about 5 steps everywhere, and every top-1 flips
+    got[:, [8, 9]] = got[:, [9, 8]]
+    pairs = [([got], [ref], True)]
+    floor = crit.NoiseFloor(0.001, 0, 8)
+    assert not any(c.passed for c in compare("int8-fp16", pairs, ["out"], [floor]))
+    drift = crit.HalfFloor(0.4, 8, 8)  # fp16 alone: 4 steps, every sample flips
+    checks = compare("int8-fp16", pairs, ["out"], [floor], half_floors=lambda: [drift])
+    assert all(c.passed for c in checks), [c.line() for c in checks]
+    assert not any(c.passed for c in compare("int8", pairs, ["out"], [floor],
+                                             half_floors=lambda: [drift]))
+
+
 def test_half_floor_measures_a_float16_copy():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     x = torch.randn(16, 8)
