@@ -170,13 +170,15 @@ USER = {"user_se": UserSE, "user_groupnorm": UserGroupNorm,
         "user_mha": UserMHA}
 TIMM = ("resnet18d", "efficientnet_lite0", "mobilenetv3_small_100", "convnext_atto",
         "vit_tiny_patch16_224")
-FIXED_SIZE = {"vit_tiny_patch16_224": 224, "vit_b_16": 224, "swin_t": 224}
-# torchvision models whose adaptive pooling or windows need more than --size
-MIN_SIZE = {"vgg11_bn": 224, "squeezenet1_1": 64, "densenet121": 64}
+FIXED_SIZE = {"vit_tiny_patch16_224": 224}  # timm's ViT at its own size
+# torchvision models whose adaptive pooling needs more than --size: VGG's 7 x 7 pool from a
+# smaller map is an upsampling GatherND (left in float), at 224 it is the identity
+MIN_SIZE = {"vgg11_bn": 224}
 
 
-def builder(name: str) -> Callable[[], nn.Module]:
-    """The float model of ``name`` (user, timm or torchvision), 10 classes, random weights."""
+def builder(name: str, size: int) -> Callable[[], nn.Module]:
+    """The float model of ``name`` (user, timm or torchvision), 10 classes, random weights;
+    torchvision's ViTs are built for ``size``."""
     if name in USER:
         return USER[name]
     if name in TIMM:
@@ -185,7 +187,8 @@ def builder(name: str) -> Callable[[], nn.Module]:
         return lambda: timm.create_model(name, pretrained=False, num_classes=10)
     import torchvision
 
-    return lambda: torchvision.models.get_model(name, weights=None, num_classes=10)
+    extra = {"image_size": size} if name.startswith("vit_") else {}
+    return lambda: torchvision.models.get_model(name, weights=None, num_classes=10, **extra)
 
 
 def all_models() -> list[str]:
@@ -260,7 +263,7 @@ def run_model(name: str, size: int, out: Path, threads: int, calib: int = 3,
 
     try:
         torch.manual_seed(0)
-        model = builder(name)().eval()
+        model = builder(name, size)().eval()
         data = synthetic_batches(calib, batch, size)
         settle_batchnorm(model, data)
         lap(stage)

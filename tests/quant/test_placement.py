@@ -166,3 +166,30 @@ def test_placed_model_compiles():
     x = catalogue.images(1)[0]
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model)(x), ref(x), rtol=1e-4, atol=1e-4)
+
+
+def _layout(model: nn.Module) -> list[tuple[str, ...]]:
+    """Every quantizer object by the names it has (a shared scale has several)."""
+    groups: dict[int, list[str]] = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        if isinstance(m, TensorQuantizer):
+            groups.setdefault(id(m), []).append(n)
+    return sorted(tuple(sorted(g)) for g in groups.values())
+
+
+def test_pytorch_quantization_resnet_gets_the_placement_of_the_cli():
+    """initialize() -> torchvision's resnet18 -> trtqat.quantize: the quantizers (and the
+    scales they share) of ``trtqat calibrate --model resnet18``."""
+    import torchvision
+
+    from trtqat import quant_modules
+    from trtqat.families.cnn.models import build_model
+
+    with quant_modules.initialized():
+        user = torchvision.models.resnet18(num_classes=10)
+    trtqat.quantize(user)
+    cli = _layout(build_model("resnet18", 10, quantized=True))
+    assert _layout(user) == cli
+    assert ("layer1.0.conv1._input_quantizer", "layer1.0.residual_quantizer",
+            "pool_quantizer") in cli  # the MaxPool shares its consumers' scale
+    assert sum("residual_quantizer" in n for g in cli for n in g) == 8
