@@ -182,6 +182,15 @@ def test_add_of_a_conv_output_read_elsewhere_too_is_no_residual_warning():
     assert "residual-add" not in rules(g.model(g.op("Add", [stem, branch], name="b/Add")))
 
 
+def test_attention_scores_plus_a_position_bias_are_no_residual():
+    # Swin: Q.K^T (a MatMul) + a relative position bias gathered from a table -> Softmax
+    g = G()
+    scores = g.op("MatMul", [g.qdq("x", name="q"), g.qdq("x", name="k")])
+    bias = g.op("Unsqueeze", [g.op("Relu", ["x"]), g.const(np.array([0], np.int64))])
+    out = g.op("Softmax", [g.op("Add", [scores, bias], name="attn/Add")], axis=-1)
+    assert "residual-add" not in rules(g.model(out))
+
+
 def test_exported_resnet18_is_clean(resnet18_int8):
     report = lint_model(resnet18_int8)
     assert report.findings == [], report.lines()
