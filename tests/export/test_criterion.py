@@ -47,6 +47,52 @@ def test_noise_floor_widens_the_allowed_rate():
     assert not crit.top1_verdict(94, 100, None)[0]
 
 
+def _fp16_pair(rel: float):
+    ref = np.linspace(-10, 10, 40, dtype=np.float32).reshape(4, 10)
+    got = ref.copy()
+    got[0, 0] += rel * 10
+    return [([got], [ref], False)]
+
+
+def test_fp16_tolerance_grows_to_pytorchs_own_float16_drift():
+    from trtqat.export.validate import compare
+
+    pairs = _fp16_pair(0.014)  # efficientnet_lite0, random weights: ORT fp16 drifts 1.4%
+    assert not compare("fp16", pairs, ["out"])[0].passed  # the fixed 1% alone
+    drift = crit.HalfFloor(0.0, 0, 0, max_rel=0.024)  # PyTorch's float16 run drifts 2.4%
+    check = compare("fp16", pairs, ["out"], half_floors=lambda: [drift])[0]
+    assert check.passed and "float16 drift" in check.detail
+    small = crit.HalfFloor(0.0, 0, 0, max_rel=0.001)  # a model fp16 barely moves: a bug
+    assert not compare("fp16", pairs, ["out"], half_floors=lambda: [small])[0].passed
+    assert not compare("fp16", _fp16_pair(0.06), ["out"], half_floors=lambda: [drift])[0].passed
+
+
+def test_int8_fp16_limits_grow_to_pytorchs_own_float16_drift():
+    from trtqat.export.validate import compare
+
+    ref = np.linspace(-12.7, 12.7, 80, dtype=np.float32).reshape(8, 10)  # step 0.1
+    got = ref + 0.5  # about 5 steps everywhere, and every top-1 flips
+    got[:, [8, 9]] = got[:, [9, 8]]
+    pairs = [([got], [ref], True)]
+    floor = crit.NoiseFloor(0.001, 0, 8)
+    assert not any(c.passed for c in compare("int8-fp16", pairs, ["out"], [floor]))
+    drift = crit.HalfFloor(0.4, 8, 8)  # fp16 alone: 4 steps, every sample flips
+    checks = compare("int8-fp16", pairs, ["out"], [floor], half_floors=lambda: [drift])
+    assert all(c.passed for c in checks), [c.line() for c in checks]
+    assert not any(c.passed for c in compare("int8", pairs, ["out"], [floor],
+                                             half_floors=lambda: [drift]))
+
+
+def test_half_floor_measures_a_float16_copy():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    x = torch.randn(16, 8)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    floors = crit.half_floor(model, [((x,), 16, True)], [[ref]])
+    assert floors is not None and 0 < floors[0].max_rel < 1e-2 and floors[0].samples == 16
+    assert model[0].weight.dtype == torch.float32  # measured on a copy
+
+
 def test_binomial_bound_is_monotone_and_exact_at_edges():
     assert crit.binom_upper(0, 0.005) == 0
     bounds = [crit.binom_upper(n, 0.005) for n in (10, 100, 1000, 10000)]

@@ -84,3 +84,19 @@ def test_graph_inputs_read_by_a_float32_op(io):
     got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]
                                ).run(None, {"x": feed})[0]
     np.testing.assert_allclose(got.astype(np.float32), _run(model, xs)[0], atol=2e-3)
+
+
+def test_constant_of_shape_without_a_value_becomes_fp16_zeros():
+    # torch.zeros(...) filled by index (Swin's shifted-window mask) exports a ConstantOfShape
+    # with no value attribute: float32 zeros, which must become fp16 too
+    shape = numpy_helper.from_array(np.array([1, 4], np.int64), "shape")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["zeros"]),
+             helper.make_node("Add", ["x", "zeros"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    half = convert_to_fp16(model)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    sess = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)

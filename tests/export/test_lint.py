@@ -172,6 +172,25 @@ def test_quantized_residual_add_is_clean():
     assert "residual-add" not in rules(g.model(out))
 
 
+def test_add_of_a_conv_output_read_elsewhere_too_is_no_residual_warning():
+    # the stem conv feeds the next conv and the shortcut; the other input is a GroupNorm's:
+    # no conv output only the Add reads, so TensorRT has no conv + add to fuse
+    g = G()
+    stem = conv_block(g)
+    branch = g.op("InstanceNormalization", [conv_block(g, stem), g.const(np.ones(8)),
+                                            g.const(np.zeros(8))])
+    assert "residual-add" not in rules(g.model(g.op("Add", [stem, branch], name="b/Add")))
+
+
+def test_attention_scores_plus_a_position_bias_are_no_residual():
+    # Swin: Q.K^T (a MatMul) + a relative position bias gathered from a table -> Softmax
+    g = G()
+    scores = g.op("MatMul", [g.qdq("x", name="q"), g.qdq("x", name="k")])
+    bias = g.op("Unsqueeze", [g.op("Relu", ["x"]), g.const(np.array([0], np.int64))])
+    out = g.op("Softmax", [g.op("Add", [scores, bias], name="attn/Add")], axis=-1)
+    assert "residual-add" not in rules(g.model(out))
+
+
 def test_exported_resnet18_is_clean(resnet18_int8):
     report = lint_model(resnet18_int8)
     assert report.findings == [], report.lines()

@@ -192,3 +192,30 @@ def test_tracing_leaves_the_modules_state_as_it_was() -> None:
     assert model.shape is None and model.anchors.numel() == 0
     model.to(torch.float64).float()  # a proxy left in the module would fail here
     assert model(torch.rand(1, 3, 8, 8)).shape == (1, 7, 8, 8)
+
+
+def _layout(model: nn.Module) -> list[tuple[str, ...]]:
+    """Every quantizer object by the names it has (a shared scale has several)."""
+    groups: dict[int, list[str]] = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        if isinstance(m, TensorQuantizer):
+            groups.setdefault(id(m), []).append(n)
+    return sorted(tuple(sorted(g)) for g in groups.values())
+
+
+def test_pytorch_quantization_resnet_gets_the_placement_of_the_cli():
+    """initialize() -> torchvision's resnet18 -> trtqat.quantize: the quantizers (and the
+    scales they share) of ``trtqat calibrate --model resnet18``."""
+    import torchvision
+
+    from trtqat import quant_modules
+    from trtqat.families.cnn.models import build_model
+
+    with quant_modules.initialized():
+        user = torchvision.models.resnet18(num_classes=10)
+    trtqat.quantize(user)
+    cli = _layout(build_model("resnet18", 10, quantized=True))
+    assert _layout(user) == cli
+    assert ("layer1.0.conv1._input_quantizer", "layer1.0.residual_quantizer",
+            "pool_quantizer") in cli  # the MaxPool shares its consumers' scale
+    assert sum("residual_quantizer" in n for g in cli for n in g) == 8

@@ -42,6 +42,7 @@ class CheckContext:
     batches: list[tuple[torch.Tensor, ...]] = field(default_factory=list)  # inputs, per batch
     counted: list[bool] = field(default_factory=list)  # per batch: counts for top-1
     noise_floor: Callable[[], list | None] = lambda: None  # INT8: measured once, on demand
+    half_floor: Callable[[], list | None] = lambda: None   # fp16: PyTorch's float16 drift
     traced: nn.Module | None = None                    # the exported reference (Q/DQ check)
     onnx_path: str = ""
 
@@ -54,7 +55,7 @@ def classifier_checks(variant: str, reference: Outputs, candidate: Outputs,
     counted = context.counted or [True] * len(reference)
     pairs = [(list(c), list(r), k) for c, r, k in zip(candidate, reference, counted)]
     checks = val.compare(variant, pairs, context.names,
-                         context.noise_floor() if int8 else None)
+                         context.noise_floor() if int8 else None, context.half_floor)
     if int8 and context.traced is not None and context.onnx_path:
         from trtqat.export.qdq_check import check_qdq_inventory
 

@@ -150,3 +150,50 @@ def noise_floor(model64: nn.Module | None, batches: Sequence[tuple[tuple[torch.T
                 flips[i] += int((o64.argmax(1) != r.argmax(1)).sum())
                 samples[i] += r.shape[0]
     return [NoiseFloor(s / max(c, 1), f, m) for s, c, f, m in zip(sums, counts, flips, samples)]
+
+
+@dataclass(frozen=True)
+class HalfFloor(NoiseFloor):
+    """PyTorch's own float16 run against its float32 run, one output: the largest
+    difference relative to the output's largest value, and top-1 flips (``mean_abs`` is
+    the mean difference). What fp16 arithmetic alone does to this model: a deep untrained
+    model can drift beyond the fp16 variant's fixed tolerance with no export bug at all."""
+
+    max_rel: float = 0.0
+
+
+@torch.no_grad()
+def half_floor(model: nn.Module, batches: Sequence[tuple[tuple[torch.Tensor, ...], int, bool]],
+               refs: Sequence[Sequence[np.ndarray]],
+               split: Callable[[list], list] | None = None) -> list[HalfFloor] | None:
+    """One :class:`HalfFloor` per output: a float16 copy of ``model`` against the float32
+    ``refs`` on ``batches``; None when the model cannot run in float16 here."""
+    try:
+        half = copy.deepcopy(model).half().eval()
+    except (RuntimeError, TypeError):
+        return None
+    stats: list[list[float]] = []  # per output: max diff, max ref, sum diff, count, flips, n
+    for (inputs, n, top1), ref in zip(batches, refs):
+        try:
+            out = half(*(t.half() if t.is_floating_point() else t for t in inputs))
+        except (RuntimeError, TypeError, NotImplementedError):
+            return None
+        outs = [o.detach().float().cpu().numpy() for o in leaves(out)]
+        outs = split(outs) if split is not None else outs
+        while len(stats) < len(outs):
+            stats.append([0.0] * 6)
+        for s, o, r in zip(stats, outs, ref):
+            o, r = o[:n].astype(np.float64), r[:n].astype(np.float64)
+            if o.shape != r.shape:
+                return None
+            d = np.abs(o - r)
+            d = d[np.isfinite(d)]
+            s[0] = max(s[0], float(d.max(initial=0.0)))
+            s[1] = max(s[1], float(np.abs(r[np.isfinite(r)]).max(initial=0.0)))
+            s[2] += float(d.sum())
+            s[3] += d.size
+            if top1 and r.ndim == 2 and r.shape[1] > 1:
+                s[4] += int((o.argmax(1) != r.argmax(1)).sum())
+                s[5] += r.shape[0]
+    return [HalfFloor(s[2] / max(s[3], 1), int(s[4]), int(s[5]),
+                      s[0] / max(s[1], float(np.finfo(np.float32).tiny))) for s in stats]

@@ -152,6 +152,12 @@ def _convert_node(node: onnx.NodeProto, scales: set[str]) -> None:
             if a.name == "to":
                 a.i = TensorProto.FLOAT16
     elif node.op_type in ("Constant", "ConstantOfShape"):
+        if node.op_type == "ConstantOfShape" and not any(a.name == "value"
+                                                         for a in node.attribute):
+            # no value: float32 zeros (torch.zeros, Swin's attention mask) become fp16 ones
+            node.attribute.append(helper.make_attribute(
+                "value", numpy_helper.from_array(np.zeros(1, np.float16))))
+            return
         for a in node.attribute:
             if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
                 arr = _to_fp16(numpy_helper.to_array(a.t), node.output[0] in scales)

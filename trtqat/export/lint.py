@@ -311,11 +311,15 @@ class _Linter:
         inputs = [i for i in node.input if i and not self.g.is_constant(i)]
         if len(inputs) != 2 or any(self._dq(i) for i in inputs):
             return
-        if any(u.op_type == "LayerNormalization"
+        if any(u.op_type in ("LayerNormalization", "Softmax")
                for u in self.g.consumers.get(node.output[0], [])):
-            return  # a transformer's residual: the sum goes to a float LayerNorm, not INT8
+            return  # a transformer's residual (the sum goes to a float LayerNorm), or
+            # attention scores plus a position bias or mask going to the Softmax
         producers = [self.g.producer.get(i) for i in inputs]
-        if any(p is not None and p.op_type in _CONV_BRANCH for p in producers):
+        # TensorRT fuses the Add into a conv whose output only the Add reads; a conv output
+        # read elsewhere too (a stem feeding the next conv and the shortcut) cannot fuse
+        if any(p is not None and p.op_type in _CONV_BRANCH
+               and len(self.g.consumers.get(i, [])) == 1 for p, i in zip(producers, inputs)):
             self.add("residual-add", "warning", node, "neither input has Q/DQ: quantize the "
                      "identity input so TensorRT fuses conv + add and keeps the block INT8")
 
