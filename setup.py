@@ -14,6 +14,7 @@ error instead of a warning.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 from setuptools import setup
@@ -64,8 +65,11 @@ def _extension_kwargs() -> dict:
                 _skip(f"{type(exc).__name__}: {exc}")
 
     # -O3 auto-vectorises the element loops; the kernel picks AVX-512/AVX2 at run time itself
-    # (GCC target_clones), so no -march flag. Threads come from torch's pool (at::parallel_for).
-    ext = CppExtension(_NAME, [_SOURCE], extra_compile_args=["-O3", "-fno-math-errno", "-g0"])
+    # (GCC target_clones), so no -march flag. Threads come from torch's OpenMP pool
+    # (at::parallel_for): without -fopenmp its header runs every loop on one thread.
+    omp = ["-fopenmp"] if sys.platform.startswith("linux") else []
+    ext = CppExtension(_NAME, [_SOURCE], extra_compile_args=["-O3", "-fno-math-errno", "-g0",
+                                                             *omp], extra_link_args=omp)
     return {"ext_modules": [ext], "cmdclass": {"build_ext": OptionalBuildExt}}
 
 

@@ -379,6 +379,15 @@ def _run_calib_benchmark(args: argparse.Namespace) -> None:
         print(f"  failed: {type(exc).__name__}: {exc}")
 
 
+def _kernel_threads() -> str:
+    """`` on N threads`` the compiled CPU kernels spread their loops over (a build without
+    OpenMP runs them on one, whatever torch.set_num_threads says)."""
+    c = _kernels._C
+    if c is None or not hasattr(c, "parallel_threads"):
+        return ""
+    return f" on {c.parallel_threads(64)} thread(s)"
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = _parse(argv)
     if args.threads is not None:
@@ -394,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}; trtqat kernels: "
-          f"{_kernels.BACKEND}"
+          f"{_kernels.BACKEND}{_kernel_threads()}"
           + (f" (extension: {_kernels.EXTENSION_ERROR})" if _kernels.EXTENSION_ERROR else ""))
     if args.device == "cuda":
         print(f"GPU: {torch.cuda.get_device_name()}, CUDA {torch.version.cuda}")

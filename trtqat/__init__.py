@@ -11,7 +11,9 @@ from trtqat.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
-# pytorch-quantization's package also exposes initialize / deactivate at the top level.
+# pytorch-quantization's package also exposes initialize / deactivate at the top level, and
+# its subpackages (calib, nn, tensor_quant, utils, ...) as attributes once imported: here they
+# import on first access.
 __all__ = ["BenchmarkResult", "ExportResult", "QATRecipe", "QuantConfig", "QuantDescriptor",
            "QuantModuleReplacementHelper", "TrtqatError", "__version__", "benchmark",
            "build_engine", "collect_stats", "compute_amax", "deactivate", "enable_onnx_export",
@@ -28,4 +30,4 @@ __getattr__, __dir__ = lazy_attributes(__name__, {
     "build_engine": "trtqat.engines.registry", "benchmark": "trtqat.engines.bench",
     "BenchmarkResult": "trtqat.engines.timing", "qat_recipe": "trtqat.runs.qat_recipe",
     "QATRecipe": "trtqat.runs.qat_recipe",
-}, submodules=("quant",))
+}, submodules=("calib", "nn", "optim", "quant", "quant_modules", "tensor_quant", "utils"))

@@ -9,6 +9,7 @@ removes all of its own when it is opened under its lock. Finished files get the 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -19,7 +20,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from trtqat.errors import TrtqatError
+
 log = logging.getLogger(__name__)
+
+# errors of a full or refused file system (as opposed to a bad path given by the user)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class WriteError(TrtqatError, OSError):
+    """A file could not be written (disk full, quota, read-only, ...); the write left nothing
+    half-written behind. ``errno`` is the operating system's."""
+
+
+def write_failed(target: str | os.PathLike[str], exc: OSError, done: str = "nothing was "
+                 "written") -> WriteError:
+    """The one-line :class:`WriteError` for ``exc``, raised while writing ``target``."""
+    if isinstance(exc, WriteError):
+        return exc
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    fix = ("free some space or choose another folder" if exc.errno in _NO_SPACE
+           else "check the folder and its permissions, or choose another one")
+    err = WriteError(f"cannot write {target}: {reason}; {done}; {fix}")
+    err.errno = exc.errno
+    return err
 
 # .NAME.PID-RANDOM.tmp (ours), or .NAME.RANDOM.tmp (mkstemp names of older trtqat versions)
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?(?P<rand>[A-Za-z0-9_]+)\.tmp$")
@@ -120,19 +144,84 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], objec
     Readers never see half a file; on any error the temporary file is removed.
     """
     target = Path(path)
-    tmp = temp_path(target)
+    try:
+        tmp = temp_path(target)
+    except OSError as exc:
+        raise write_failed(target, exc) from None
     try:
         with open(tmp, "wb") as f:
             write(f)
         publish(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(target, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return target
 
 
+class NonFiniteJSONError(TrtqatError, ValueError):
+    """Data to write as JSON holds NaN or infinity, which JSON cannot express."""
+
+
 def write_json(path: str | os.PathLike[str], data: Any, **dumps: Any) -> Path:
     """Write ``data`` as indented JSON (one trailing newline) through :func:`write_atomic`;
-    ``dumps`` go to ``json.dumps`` (e.g. ``default=str``)."""
-    text = json.dumps(data, indent=2, **dumps) + "\n"
+    ``dumps`` go to ``json.dumps`` (e.g. ``default=str``). NaN and infinity are refused
+    (:class:`NonFiniteJSONError`, nothing written): bare ``NaN`` is not JSON."""
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False, **dumps) + "\n"
+    except ValueError as exc:
+        if "JSON compliant" not in str(exc):
+            raise
+        raise NonFiniteJSONError(f"{path} would hold NaN or infinity, which JSON cannot "
+                                 "express; nothing written (the values come from a model or "
+                                 "input that is not finite)") from None
     return write_atomic(path, lambda f: f.write(text.encode()))
+
+
+# ------------------------------------------------------------------ outputs that are ours
+class ForeignFileError(TrtqatError, ValueError):
+    """An output path holds a file that is not an earlier output of the same kind."""
+
+
+def refuse_foreign(path: str | os.PathLike[str], is_ours: Callable[[Path], bool], kind: str,
+                   flag: str) -> None:
+    """Raise :class:`ForeignFileError` when ``path`` exists and is not ``kind`` (an earlier
+    output that ``is_ours`` recognises by its content): trtqat replaces only its own files."""
+    path = Path(path)
+    if path.exists() and not (path.is_file() and is_ours(path)):
+        raise ForeignFileError(f"{path} exists and is not {kind}: trtqat does not overwrite "
+                               f"other files; move it away or choose another {flag}")
+
+
+def json_with_keys(*keys: str, limit: int = 256 << 20) -> Callable[[Path], bool]:
+    """A recogniser of JSON files holding an object with all of ``keys``."""
+
+    def check(path: Path) -> bool:
+        try:
+            if path.stat().st_size > limit:
+                return False
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and all(k in data for k in keys)
+
+    return check
+
+
+def starts_with(*magics: bytes) -> Callable[[Path], bool]:
+    """A recogniser of files that begin with one of ``magics``."""
+
+    def check(path: Path) -> bool:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(max(map(len, magics)))
+        except OSError:
+            return False
+        return any(head.startswith(m) for m in magics)
+
+    return check
+
+
+PNG = starts_with(b"\x89PNG\r\n\x1a\n")

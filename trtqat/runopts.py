@@ -11,8 +11,11 @@ the command-line parser, may use it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from trtqat.errors import TrtqatError
@@ -25,6 +28,38 @@ FP32_DEFAULTS: dict[str, Any] = {
     "model": "resnet18", "data": "digits", "image_size": 32, "batch_size": 32, "epochs": 15,
     "lr": 0.05, "min_lr": 0.0, "momentum": 0.9, "weight_decay": 5e-4, "opt": "sgd",
     "label_smoothing": 0.0}
+
+
+_TRUSTED = {"model_files": False}
+
+
+@contextlib.contextmanager
+def trusting_model_files(on: bool = True) -> Iterator[None]:
+    """``--trust-model-file``: within this block a checkpoint may import the model file it
+    records even where the file changed since the checkpoint was written."""
+    before = _TRUSTED["model_files"]
+    _TRUSTED["model_files"] = bool(on) or before
+    try:
+        yield
+    finally:
+        _TRUSTED["model_files"] = before
+
+
+def progress_bars(progress: bool) -> bool:
+    """Whether to draw progress bars: asked for, and stderr is a terminal. Off a terminal (a
+    log file, ``make demo > log``) a bar would write a ``\\r`` update per step; commands
+    print one line per epoch there instead."""
+    if not progress:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
+def model_files_trusted() -> bool:
+    """Whether :func:`trusting_model_files` is in force."""
+    return _TRUSTED["model_files"]
 
 
 class ConfigError(TrtqatError, ValueError):

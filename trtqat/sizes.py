@@ -3,6 +3,8 @@ parser and every layer may use them."""
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 
 from trtqat.errors import TrtqatError
@@ -43,3 +45,33 @@ def size_text(size: int | Sequence[int]) -> str:
     """``"32x32"`` / ``"224x160"`` for messages and file names."""
     h, w = hw(size)
     return f"{h}x{w}"
+
+
+def total_memory() -> int:
+    """Bytes of physical memory of this machine (a large number if unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 60
+
+
+def format_bytes(n: float) -> str:
+    """``71.9 TB``: decimal units, three digits."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000:
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"
+
+
+def check_image_memory(size: int | Sequence[int], channels: int = 3, count: int = 1,
+                       what: str = "one image", flag: str = "--image-size") -> None:
+    """Refuse (:class:`DataSourceError`, before anything is allocated) an image size whose
+    ``count`` float32 images would not fit in this machine's memory, saying what it needs."""
+    h, w = hw(size)
+    need = 4 * math.prod((count, channels, h, w))
+    if need > total_memory():
+        raise DataSourceError(f"{flag} {size_text(size)} needs {format_bytes(need)} for {what} "
+                              f"({count} x {channels} x {h} x {w} x 4 bytes), more than this "
+                              f"machine's {format_bytes(total_memory())} of memory: use a "
+                              f"smaller {flag}")

@@ -87,11 +87,29 @@ def expand_variants(name: str) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------ file names
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+]+")
+
+
+def safe_part(text: object, limit: int = 80) -> str:
+    """``text`` as one safe file-name part: only letters, digits, ``_ . +`` (each run of
+    anything else, ``/`` and ``-`` included, becomes ``_``), no leading dot, at most
+    ``limit`` characters, never empty. Names read from checkpoints and ONNX metadata go
+    through it, so none can reach outside the output folder."""
+    part = _UNSAFE.sub("_", str(text)).lstrip(".")[:limit]
+    return part or "_"
+
+
 def ptq_tag(calib: dict[str, Any]) -> str:
-    """``ptq-<method>`` of a PTQ checkpoint's ``calib`` (``ptq-percentile-99.99``)."""
-    method = calib.get("method", "max")
+    """``ptq-<method>`` of a PTQ checkpoint's ``calib`` (``ptq-percentile-99.99``); every
+    part made file-name safe (:func:`safe_part`)."""
+    method = safe_part(calib.get("method", "max"))
     if method == "percentile":
-        return f"ptq-{method}-{float(calib.get('percentile', 99.99)):g}"
+        value = calib.get("percentile", 99.99)
+        try:
+            text = f"{float(value):g}"
+        except (TypeError, ValueError):
+            text = str(value)
+        return f"ptq-{method}-{safe_part(text)}"
     return f"ptq-{method}"
 
 
@@ -100,7 +118,7 @@ def stage_tag(ckpt: dict[str, Any]) -> str:
     stage = str(ckpt.get("stage", "fp32"))
     if stage == "ptq":
         return ptq_tag(ckpt.get("calib") or {})
-    return "" if stage == "fp32" else stage
+    return "" if stage == "fp32" else safe_part(stage)
 
 
 def arch_label(arch: str) -> str:
@@ -116,9 +134,9 @@ def artifact_name(arch: str, tag: str, name: str, batch: int | None = None) -> s
     ``resnet18-qat-int8-fp16.onnx``, ``resnet18-fp16.onnx``; a fixed batch adds ``-b<N>``.
     """
     row = variant(name)
-    parts = [re.sub(r"[^A-Za-z0-9_.]+", "_", arch_label(arch))]
+    parts = [safe_part(arch_label(arch))]
     if tag not in ("", "fp32"):
-        parts.append(tag)
+        parts.append("-".join(safe_part(t) for t in str(tag).split("-")))
     parts.append(row.name)
     if batch is not None:
         parts.append(f"b{batch}")

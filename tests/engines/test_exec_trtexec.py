@@ -209,7 +209,7 @@ def test_json_reports_never_overwrite_other_files(capsys, dynamic_onnx, tmp_path
     before = other.read_bytes()
     rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={other}", *FAST)
     assert rc == 1 and len(err) == 1, err
-    assert f"{flag} {other} exists and is not an earlier {flag} file (JSON)" in err[0]
+    assert f"{flag} {other} exists and is not an earlier {flag} file (" in err[0]
     assert other.read_bytes() == before
     rc, _, err = run_exec(capsys, f"--onnx={dynamic_onnx}", f"{flag}={dynamic_onnx}", *FAST)
     assert rc == 1 and "would destroy the input" in err[0]

@@ -192,7 +192,7 @@ def test_report_says_what_was_rewritten(reencoded):
     assert passes["gemm_bias_quantized"] == 1
     added = passes["output_quantizers_added"]
     assert added["calibrated"] == 2  # the conv outputs that feed an Add
-    assert added["from_next_quantizer"] == 2  # before MaxPool and after GlobalAveragePool
+    assert added["from_joined_quantizer"] == 2  # before MaxPool and after GlobalAveragePool
     assert passes["activations_reencoded"]["uint8_zero_point_0"] >= 5  # post-ReLU tensors
 
 

@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch import nn
 
+import trtqat
 from trtqat import nn as quant_nn
 from trtqat.errors import QuantizerStateError
 from trtqat.export import ExportError
 from trtqat.export.calibrated import refuse_uncalibrated
+from trtqat.quant import export_mode
 
 
 def _model(calibrated: bool = True) -> nn.Module:
@@ -48,12 +50,37 @@ def test_plain_torch_onnx_export_writes_qdq(tmp_path, fb_fake_quant, dynamo):
     assert abs(got - ref).max() < 1e-4
 
 
-def test_export_without_amax_raises_instead_of_baking_a_range(tmp_path, fb_fake_quant):
-    with pytest.raises(QuantizerStateError, match="never calibrated"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(_model(calibrated=False), (torch.randn(1, 3, 8, 8),),
-                              str(tmp_path / "m.onnx"), dynamo=False)
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_plain_export_of_an_uncalibrated_model_warns_and_works(tmp_path, dynamo):
+    """pytorch-quantization programs export before calibrating (to find graph rules): the
+    plain torch idiom warns and uses the example's range; trtqat's own export refuses."""
+    model, x = _model(calibrated=False), torch.randn(1, 3, 8, 8)
+    path = tmp_path / "m.onnx"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.onnx.export(model, (x,), str(path), dynamo=dynamo,
+                          opset_version=18 if dynamo else 13)
+    assert any("has no amax (never calibrated)" in str(w.message) for w in caught)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("QuantizeLinear") == 2
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        ref = model(x).numpy()  # the example's own range, as in the file
+    assert abs(got - ref).max() < 1e-4
+    with pytest.raises(QuantizerStateError, match=r"quantizer '0\._input_quantizer': has no "
+                                                  "amax"), export_mode.enabled():
+        model(x)
+
+
+def test_enable_onnx_export_of_an_uncalibrated_model_warns_and_works(tmp_path):
+    model, x = _model(calibrated=False), torch.randn(1, 3, 8, 8)
+    path = tmp_path / "m.onnx"
+    with trtqat.enable_onnx_export(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=13)
+    assert any("has no amax (never calibrated)" in str(w.message) for w in caught)
+    assert [n.op_type for n in onnx.load(str(path)).graph.node].count("QuantizeLinear") == 2
 
 
 def test_uncalibrated_activation_quantizers_are_refused_in_one_line():

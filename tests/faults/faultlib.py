@@ -3,6 +3,8 @@ SIGKILL runs (killer.py) and our temporary files."""
 
 from __future__ import annotations
 
+import builtins
+import errno
 import os
 import subprocess
 import sys
@@ -51,3 +53,45 @@ def killed(target: str, nth: int, *argv: str, cwd: Path | None = None) -> None:
 def temps(folder: Path) -> list[str]:
     """Our temporary files left in ``folder``."""
     return sorted(p.name for p in folder.glob(".*.tmp"))
+
+
+class _FullFile:
+    """A file opened for writing on a disk that fills up after the shared byte budget."""
+
+    def __init__(self, f, budget: dict) -> None:
+        self._f, self._budget = f, budget
+
+    def write(self, data) -> int:
+        size = len(data.encode() if isinstance(data, str) else memoryview(data).cast("B"))
+        if size > self._budget["left"]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._budget["left"] -= size
+        return self._f.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def disk_full(monkeypatch, root: Path, budget: int = 0) -> dict:
+    """Make every file opened for writing under ``root`` fail with ENOSPC once ``budget``
+    bytes were written in all (``builtins.open``, which every writer of trtqat, torch.save
+    through its file object and onnx.save reach). Returns the budget's state."""
+    state = {"left": budget}
+    real = builtins.open
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        f = real(file, mode, *args, **kwargs)
+        writing = any(c in mode for c in "wax+")
+        if writing and isinstance(file, (str, os.PathLike)) and \
+                Path(os.fspath(file)).absolute().is_relative_to(root):
+            return _FullFile(f, state)
+        return f
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    return state

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def _install_killer(target: str, nth: int) -> None:
     import trtqat.atomic as atomic
+    import trtqat.engines.fileformat as fileformat
     import trtqat.export.result as export_result
     import trtqat.runs.checkpoint as checkpoint
 
@@ -31,7 +32,7 @@ def _install_killer(target: str, nth: int) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
         return real(tmp, path)
 
-    for module in (atomic, export_result, checkpoint):
+    for module in (atomic, export_result, checkpoint, fileformat):
         module.publish = publish
 
 

@@ -58,6 +58,22 @@ CASES = [
     (["trtqat-exec", "--onnx={onnx}", "--iterations=0"], "--iterations"),
     (["build", "--onnx", "{onnx}", "--out", "x.engine", "--shapes", "x:-1x3x8x8"],
      "a negative dimension"),
+    (["train", "--mean", "nan"], "--mean: expected comma-separated finite numbers"),
+    (["train", "--mean", "0.5,inf,0.5"], "--mean: expected comma-separated finite numbers"),
+    (["train", "--std", "0.2,nan,0.2"], "--std: expected comma-separated finite numbers > 0"),
+    (["train", "--std", "0"], "--std: expected comma-separated finite numbers > 0"),
+    (["calibrate", "--checkpoint", "x.pt", "--std=-inf"], "--std: expected"),
+    (["train", "--data", "digits", "--mean", "0.5"], "--mean would be ignored with --data "
+                                                     "digits"),
+    (["train", "--data", "synthetic", "--std", "0.5", "--resize", "40"],
+     "--std/--resize would be ignored with --data synthetic"),
+    (["calibrate", "--checkpoint", "x.pt", "--data", "digits", "--mean", "0.4,0.4,0.4"],
+     "--mean would be ignored with --data digits"),
+    (["train", "--image-size", "100000"], "--image-size 100000x100000 needs 3.84 TB for one "
+                                          "batch (32 x 3 x 100000 x 100000 x 4 bytes)"),
+    (["calibrate", "--checkpoint", "x.pt", "--image-size", "300000x400000", "--channels", "1"],
+     "--image-size 300000x400000 needs 480 GB for one batch (1 x 1 x 300000 x 400000"),
+    (["qat", "--checkpoint", "x.pt", "--image-size", "100000"], "more than this machine's"),
 ]
 
 

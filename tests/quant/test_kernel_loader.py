@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 import pytest
@@ -78,3 +80,20 @@ def test_version_flag_names_versions_and_kernels(capsys):
     assert "fake-quant kernels, CPU: " in out and "fake-quant kernels, CUDA " in out
     if _kernels._C is not None:
         assert "compiled C++" in out
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPU cores")
+def test_compiled_kernels_run_on_torchs_threads():
+    """Built without OpenMP, at::parallel_for runs every kernel loop on one thread whatever
+    torch.set_num_threads says (what made QAT slower at 2 threads than at 1)."""
+    if _kernels._C is None:
+        pytest.skip(f"compiled kernel unavailable: {_kernels.EXTENSION_ERROR}")
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert _kernels._C.parallel_threads(64) == threads
+    finally:
+        torch.set_num_threads(before)
+    if sys.platform.startswith("linux"):
+        assert "-fopenmp" in kernel_loader._CFLAGS  # the first-use build too

@@ -9,6 +9,7 @@ import trtqat
 from trtqat import nn as quant_nn
 from trtqat import quant_modules
 from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.quant.modules import FLOAT_TO_QUANT
 
 ORIGINALS = {name: getattr(nn, name) for name in (
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
@@ -71,7 +72,7 @@ def test_layers_match_float_when_quantizers_disabled(cls, shape, axis):
     x = torch.randn(*shape)
     layer.input_quantizer.disable()
     layer.weight_quantizer.disable()
-    float_cls = cls.__mro__[1]
+    float_cls = {q: f for f, q in FLOAT_TO_QUANT.items()}[cls]
     ref = float_cls.forward(layer, x)
     torch.testing.assert_close(layer(x), ref)
 

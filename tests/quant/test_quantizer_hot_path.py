@@ -104,8 +104,8 @@ def test_onnx_export_flags_match_torch():
         setattr(module, name, True)
         try:
             assert onnx_exporting() is True and torch.onnx.is_in_onnx_export() is True
-            q = quant_nn.TensorQuantizer()  # no amax: the export path refuses it
-            with pytest.raises(QuantizerStateError, match="never calibrated"):
+            q = quant_nn.TensorQuantizer()  # no amax: the export path warns about it
+            with pytest.warns(UserWarning, match="never calibrated"):
                 q(torch.randn(4))
         finally:
             setattr(module, name, before)

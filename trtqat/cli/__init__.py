@@ -97,7 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(dry_run_line("trtqat", sys.argv[1:] if argv is None else argv))
         return 0
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
-    return run_guarded(f"trtqat {args.command}", lambda: args.func(args))
+    from trtqat.runopts import trusting_model_files
+
+    with trusting_model_files(getattr(args, "trust_model_file", False)):
+        return run_guarded(f"trtqat {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

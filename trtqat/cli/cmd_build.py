@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from typing import Any
 
 from trtqat.cli import options as O
 from trtqat.cli.exec_cmd import add_build_arguments, build_options_from_args, warn_ignored_flags
+from trtqat.cli.exec_flags import bare_threads_note
 from trtqat.cli.validate import check_engine_outputs
 
 SUMMARY = "build an engine (ONNX Runtime or TensorRT) from an ONNX file"
@@ -31,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from trtqat.engines.registry import default_backend
 
     check_engine_outputs(args, [("--out", "out")])
+    for note in bare_threads_note(args):
+        logging.getLogger("trtqat.build").warning(note)
     backend = canonical_backend(args.backend or default_backend())
     warn_ignored_flags(args, backend, loading=False)
     start = time.perf_counter()

@@ -26,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat compare`` to the command line."""
     p = O.command(subparsers, "compare", SUMMARY, DESCRIPTION, EPILOG)
     p.add_argument("--run", default=None, help="folder holding the fp32/ptq-*/qat run folders")
+    O.add_trust_model_file(p)
     p.add_argument("--onnx", nargs="+", default=(), help="explicit ONNX files to compare too")
     p.add_argument("--variants", type=O.csv, default=(),
                    help="only these variants, e.g. fp32,qat-int8")

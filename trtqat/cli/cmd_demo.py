@@ -22,10 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(report.md, report.json, report.png in --out; each model's own in --out/MODEL). "
         "Finished stages are reused unless --fresh.")
     O.add_model(p, None, "image classifier(s) of any image family, separated by commas: "
-                "torchvision or timm names, path/to/file.py:factory, or vit (a small Vision "
-                f"Transformer) (default: {','.join(DEMO_MODELS)})")
+                "torchvision or timm names, path/to/file.py:factory, vit (a small Vision "
+                "Transformer); or a detector: yolo_digits (digits composited onto canvases, COCO "
+                f"mAP) (default: {','.join(DEMO_MODELS)})")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
-    O.add_image_size(p, 32, "input resolution: N (square) or HxW, at least 8")
+    O.add_image_size(p, None, "input resolution: N (square) or HxW, at least 8 (default: "
+                     "the family's, 32 for classifiers, 96 for detectors)")
     O.add_epochs(p, None, "FP32 training epochs (default: the family's recipe, 15 for CNNs, "
                  "30 for Vision Transformers)")
     p.add_argument("--calib-batches", type=V.positive_int, default=8,

@@ -54,6 +54,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keep BatchNorm layers as they are")
     O.add_skip_layers(p, "glob patterns of layers exported in float (no Q/DQ), added to the "
                       "checkpoint's own; see `trtqat sensitivity`")
+    p.add_argument("--input-names", type=O.csv, default=(), metavar="NAMES",
+                   help="ONNX input names, comma-separated (default: the model's: input for "
+                   "classifiers, images for detectors)")
+    p.add_argument("--output-names", type=O.csv, default=(), metavar="NAMES",
+                   help="ONNX output names (default: output; output0 for detectors)")
+    p.add_argument("--nms", action="store_true",
+                   help="detectors: also write *-nms.onnx with box decoding and ONNX "
+                   "NonMaxSuppression (output 'detections': batch, x1, y1, x2, y2, score, "
+                   "class per kept box)")
     p.set_defaults(func=run)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trtqat.cli import options as O
-from trtqat.cli.validate import positive_int
+from trtqat.cli.validate import finite_float, positive_int
 
 SUMMARY = "QAT: fine-tune a calibrated checkpoint with fake quantization"
 DESCRIPTION = ("Fine-tune a calibrated (PTQ) checkpoint with fake quantization in the "
@@ -36,6 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--max-steps", type=positive_int, default=None,
                    help="encoders: stop after this many optimizer steps")
     O.add_max_length(g, None, "encoders: tokens per sentence (default: the calibration's)")
+    g.add_argument("--distill", type=finite_float(ge=0), default=None, metavar="WEIGHT",
+                   help="detectors: add WEIGHT x a distillation loss from the FP32 model "
+                   "(its class scores and box distances) to the detection loss (default: 0, "
+                   "off)")
     O.add_optim_args(p, inherit=True)
     O.add_data_args(p, inherit=True)
     O.add_run_args(p, "runs/qat")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trtqat.cli.exec_feed import make_feed, precheck_input_files
+from trtqat.cli.exec_flags import add_trtexec_compat, apply_trtexec_aliases, plan_version
 from trtqat.cli.guard import run_guarded
 from trtqat.cli.options import add_backend, add_onnx, add_threads
 from trtqat.cli.parsing import dry_run_line, dry_run_requested
@@ -117,30 +118,70 @@ def build_options_from_args(args: argparse.Namespace) -> Any:
         memory_pools=parse_mem_pools(args.memPoolSize) if args.memPoolSize else {},
         builder_optimization_level=args.builderOptimizationLevel,
         timing_cache=args.timingCacheFile, threads=args.threads,
+        cuda_graph=bool(getattr(args, "cuda_graph", None)),
         providers=tuple(p.strip() for p in (args.providers or "cpu").split(",") if p.strip()),
         ort_prepare=args.ortPrepare or "auto", verbose=args.verbose,
         profiling_verbosity=profiling_verbosity(args) or "layer_names_only",
-        calib_feeds=load_calib_inputs(args.calibInputs) if args.calibInputs else None)
+        calib_feeds=load_calib_inputs(args.calibInputs, getattr(args, "onnx", None))
+        if args.calibInputs else None)
 
 
-def load_calib_inputs(path: str) -> tuple[dict, ...]:
-    """Calibration feeds from an .npz file: one feed per 8 samples of the arrays."""
+def load_calib_inputs(path: str, onnx_path: str | None = None) -> tuple[dict, ...]:
+    """Calibration feeds from an .npz file: one feed per 8 samples of the arrays.
+
+    Arrays are named after the model's inputs; a file with a single array feeds a model with
+    a single input whatever its name (as --loadInputs). NaN/inf values are refused."""
     import zipfile
 
     import numpy as np
 
     from trtqat.engines import OptionsError
+    from trtqat.engines.trtexec_io import check_finite_input
 
     try:
-        with np.load(path) as data:
-            arrays = {k: data[k] for k in data.files}
+        data = np.load(path, allow_pickle=False)
+        if isinstance(data, np.ndarray):  # a .npy: one array, for a model with one input
+            arrays = {"array": data}
+        else:
+            with data:
+                arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise OptionsError(f"--calibInputs: cannot read {path} ({exc}); save arrays with "
                            "numpy.savez(path, input_name=array)") from None
-    if not arrays or len({len(a) for a in arrays.values()}) != 1:
-        raise OptionsError(f"--calibInputs: {path} must hold arrays with one common batch size")
+    if not arrays or len({len(a) if a.ndim else -1 for a in arrays.values()}) != 1 or any(
+            a.ndim == 0 or len(a) == 0 for a in arrays.values()):
+        raise OptionsError(f"--calibInputs: {path} must hold arrays with one common batch "
+                           "size (at least one sample)")
+    arrays = _named_after_inputs(path, arrays, onnx_path)
+    for name, array in arrays.items():
+        check_finite_input("--calibInputs", path, name, array)
     n = len(next(iter(arrays.values())))
     return tuple({k: v[i:i + 8] for k, v in arrays.items()} for i in range(0, n, 8))
+
+
+def _named_after_inputs(path: str, arrays: dict, onnx_path: str | None) -> dict:
+    """``arrays`` keyed by the model's input names (a lone array takes the lone input's)."""
+    from trtqat.engines import OptionsError
+
+    if not onnx_path:
+        return arrays
+    try:
+        import onnx
+
+        graph = onnx.load(onnx_path, load_external_data=False).graph
+    except Exception:  # the build reports an unreadable model in its own words
+        return arrays
+    weights = {init.name for init in graph.initializer}
+    names = [v.name for v in graph.input if v.name not in weights]
+    if len(arrays) == 1 and len(names) == 1:
+        return {names[0]: next(iter(arrays.values()))}
+    unknown = sorted(set(arrays) - set(names))
+    missing = sorted(set(names) - set(arrays))
+    if unknown or missing:
+        raise OptionsError(f"--calibInputs: {path} holds {', '.join(sorted(arrays))}; the "
+                           f"model's inputs are {', '.join(names)}: save one array per input, "
+                           "named after it")
+    return arrays
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,53 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--separateProfileRun", action="store_true",
                      help="profile layers in a separate run after timing")
     run.add_argument("--dumpProfile", action="store_true", help="print the per-layer profile")
-    old = p.add_argument_group("trtexec aliases")
-    old.add_argument("--workspace", type=float, metavar="MIB",
-                     help="trtexec's old spelling of --memPoolSize=workspace:MIB")
-    old.add_argument("--streams", type=int, metavar="N", help="old spelling of --infStreams")
-    old.add_argument("--buildOnly", action="store_true", help="old spelling of --skipInference")
-    other = p.add_argument_group(
-        "other trtexec flags", "accepted so that trtexec command lines carry over; each one "
-        "given is ignored with a [W] line")
-    for flag in UNSUPPORTED_FLAGS:
-        other.add_argument(f"--{flag}", nargs="?", const=True, default=None, metavar="V",
-                           help=argparse.SUPPRESS)
+    add_trtexec_compat(p)
     return p
-
-
-# trtexec flags trtqat-exec accepts and ignores (named in one [W] line each)
-UNSUPPORTED_FLAGS = (
-    "noTF32", "bf16", "fp8", "int4", "inputIOFormats", "outputIOFormats", "sparsity",
-    "allowGPUFallback", "useDLACore", "noBuilderCache", "noCompilationCache", "dumpOutput",
-    "dumpRawBindingsToFile", "idleTime", "sleepTime", "exposeDMA", "useManagedMemory",
-    "precisionConstraints", "layerPrecisions", "layerOutputTypes", "layerDeviceTypes",
-    "tacticSources", "maxAuxStreams", "persistentCacheRatio", "versionCompatible", "refit",
-    "safe", "avgTiming", "minTiming", "maxTiming", "timeDeserialize", "timeRefit",
-    "consistency", "explicitBatch", "plugins", "staticPlugins", "setPluginsToSerialize",
-    "preview", "hardwareCompatibilityLevel", "profile", "allocationStrategy",
-    "weightStreaming", "weightStreamingBudget", "directIO", "useRuntime", "leanDLLPath",
-    "excludeLeanRuntime", "tempdir", "tempfileControls", "markDebug", "maxTactics",
-    "errorOnTimingCacheMiss", "calib", "restricted",
-)
-
-
-def apply_trtexec_aliases(args: argparse.Namespace) -> list[str]:
-    """Map trtexec's old spellings (--workspace, --streams, --buildOnly) onto their current
-    flags, as trtexec does, and return one warning line per ignored trtexec flag given."""
-    from trtqat.engines.errors import OptionsError
-
-    if args.workspace is not None:
-        if not args.workspace > 0:
-            raise OptionsError(f"--workspace must be > 0 MiB, got {args.workspace:g}")
-        pools = [args.memPoolSize] if args.memPoolSize else []
-        args.memPoolSize = ",".join(pools + [f"workspace:{args.workspace:g}"])
-    if args.streams is not None:
-        if args.infStreams is not None and args.infStreams != args.streams:
-            raise OptionsError("--streams is the old spelling of --infStreams; give only one")
-        args.infStreams = args.streams
-    args.skipInference = args.skipInference or args.buildOnly
-    return [f"--{flag} is not supported by trtqat-exec; ignored"
-            for flag in dict.fromkeys(UNSUPPORTED_FLAGS) if getattr(args, flag) is not None]
 
 
 def _say(line: str = "") -> None:
@@ -254,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
 
     for note in apply_trtexec_aliases(args):
         logging.getLogger("trtqat.exec").warning(note)
+    if args.getPlanVersionOnly:
+        return plan_version(args, _say)
     if bool(args.onnx) == bool(args.loadEngine):
         raise OptionsError("give exactly one of --onnx=MODEL.onnx and --loadEngine=FILE")
     check_engine_outputs(args, [("--saveEngine", "saveEngine"),
@@ -289,6 +287,12 @@ def run(args: argparse.Namespace) -> int:
         verb, source = "loaded", args.loadEngine
     _say(f"Engine {verb} in {time.perf_counter() - start:.3f} s from {source} "
          f"({backend} {engine.header.get('backend_version')})")
+    if verb == "loaded":  # build_engine warns itself
+        from trtqat.engines.ort_nodes import mostly_float_note
+
+        note = mostly_float_note(engine.header)
+        if note:
+            logging.getLogger("trtqat.exec").warning(note)
     # check the run shapes and input files before writing anything
     feed = None if args.skipInference else make_feed(args, engine)
     if args.saveEngine:

@@ -17,6 +17,10 @@ BUILD_FLAGS = ("minShapes", "optShapes", "maxShapes", "fp16", "int8", "best", "s
                "ortPrepare", "calibInputs", "profilingVerbosity")
 
 
+# argparse dests that are not spelled like their flag
+FLAG_NAMES = {"cuda_graph": "useCudaGraph"}
+
+
 def _given(args: argparse.Namespace, dest: str) -> bool:
     value = getattr(args, dest, None)
     return value is not None and value is not False
@@ -31,5 +35,5 @@ def ignored_flag_notes(args: argparse.Namespace, backend: str, loading: bool) ->
                   if _given(args, dest)]
     for dest, applies, text in backend_info(backend).ignored_flags(vars(args)):
         if applies and _given(args, dest) and not (loading and dest in BUILD_FLAGS):
-            notes.append(f"--{dest} {text}")
+            notes.append(f"--{FLAG_NAMES.get(dest, dest)} {text}")
     return notes

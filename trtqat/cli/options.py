@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from trtqat.cli.validate import (
     BadValue,
     finite_float,
+    finite_float_list,
     int_list,
     int_range,
     non_negative_int,
@@ -103,6 +104,16 @@ def add_checkpoint(g: Group, required: bool = False, help: str = "checkpoint (a 
     """``--checkpoint/-c``: the input checkpoint."""
     g.add_argument("--checkpoint", "-c", required=required, default=None, metavar="PATH",
                    help=help)
+    add_trust_model_file(g)
+
+
+def add_trust_model_file(g: Group) -> None:
+    """``--trust-model-file``: import a checkpoint's recorded model file even if it changed."""
+    g.add_argument("--trust-model-file", action="store_true",
+                   help="a checkpoint of a model from a file (--model FILE.py:FACTORY) "
+                   "imports that file again; if it changed since (its SHA-256 differs) trtqat "
+                   "refuses, as the file would run code you have not checked: pass this to "
+                   "import it anyway")
 
 
 def add_onnx(g: Group, required: bool = False, help: str = "the ONNX model") -> None:
@@ -189,11 +200,15 @@ def add_backend(g: Group, default: str | None, help: str | None = None) -> None:
     g.add_argument("--backend", default=default, help=help or backends_help(""))
 
 
+BARE_THREADS = -1  # --threads given without N (trtexec's multithreading switch)
+
+
 def add_threads(g: Group, help: str = "ONNX Runtime intra-op threads",
                 bare: bool = False) -> None:
-    """``--threads N`` (``bare``: also accepted without N, as trtexec's switch: None)."""
+    """``--threads N`` (``bare``: also accepted without N, as trtexec's switch:
+    :data:`BARE_THREADS`, which the command warns about and drops)."""
     g.add_argument("--threads", type=non_negative_int, default=None, metavar="N", help=help,
-                   **({"nargs": "?", "const": None} if bare else {}))
+                   **({"nargs": "?", "const": BARE_THREADS} if bare else {}))
 
 
 # --------------------------------------------------------------------------- engines, reports
@@ -226,10 +241,13 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
     g.add_argument("--resize", default=None, metavar="N|HxW|auto",
                    help="image folders: resize before the center crop, the shorter side to N "
                    "or exactly HxW (default auto: shorter side to image size / 0.875)")
-    g.add_argument("--mean", default=None, metavar="M[,M,M]",
-                   help="normalization mean per channel (default: ImageNet's)")
-    g.add_argument("--std", default=None, metavar="S[,S,S]",
-                   help="normalization std per channel (default: ImageNet's)")
+    g.add_argument("--mean", type=finite_float_list(), default=None, metavar="M[,M,M]",
+                   help="normalization mean per channel (default: ImageNet's; image folders "
+                   "only: refused with digits, synthetic and arrays, which ignore it)")
+    g.add_argument("--std", type=finite_float_list(gt=0, example="0.229,0.224,0.225"),
+                   default=None, metavar="S[,S,S]",
+                   help="normalization std per channel (default: ImageNet's; image folders "
+                   "only)")
     g.add_argument("--channels", type=int, choices=[1, 3], default=None,
                    help="image channels: 3 (RGB, default) or 1 (grayscale)")
     if recipe_batch:  # the model family's recipe fills it

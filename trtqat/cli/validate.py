@@ -106,6 +106,25 @@ def finite_float(ge: float | None = None, gt: float | None = None, le: float | N
 probability = finite_float(ge=0.0, le=1.0, unit="a fraction")
 
 
+def finite_float_list(gt: float | None = None, example: str = "0.485,0.456,0.406"
+                      ) -> Callable[[str], tuple[float, ...]]:
+    """A validator of comma-separated finite floats (each ``> gt`` when given)."""
+    expected = ("comma-separated finite numbers" + (f" > {gt:g}" if gt is not None else "")
+                + f", e.g. {example}")
+
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(t) for t in text.split(",") if t.strip())
+        except ValueError:
+            _fail(expected, text)
+        if not values or not all(math.isfinite(v) and (gt is None or v > gt) for v in values):
+            _fail(expected, text)
+        return values
+
+    parse.__name__ = "float list"
+    return parse
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``1,32`` -> (1, 32): comma-separated integers >= 1."""
     try:
@@ -188,72 +207,105 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_output_file(out: str | os.PathLike, flag: str, inputs: Iterable[tuple[str, object]],
-                      is_ours: Callable[[Path], bool], kind: str) -> None:
+                      is_ours: Callable[[Path], bool], kind: str, choose: str = "") -> None:
     """Refuse an output ``out`` that is one of the ``(flag, path)`` inputs, or an existing
-    file that ``is_ours`` does not recognise as an earlier output of the same kind."""
+    file that ``is_ours`` does not recognise as an earlier output of the same kind
+    (``choose``: the flag the message asks to change, default ``flag``)."""
     path = Path(out)
+    choose = choose or flag
     for in_flag, value in inputs:
         if value and (_same_file(path, Path(str(value)))
                       or path.absolute() == Path(str(value)).absolute()):
             raise OutputPathError(f"{flag} {path} is also the input {in_flag}: writing it "
-                                  f"would destroy the input; choose another {flag}")
+                                  f"would destroy the input; choose another {choose}")
+    if path.exists() and not path.is_file():
+        raise OutputPathError(f"{flag} {path} exists and is not a file; choose another "
+                              f"{choose}")
     if path.is_file() and not is_ours(path):
         raise OutputPathError(f"{flag} {path} exists and is not {kind}: trtqat does not "
                               "overwrite other files; delete it or choose another "
-                              f"{flag}")
+                              f"{choose}")
+
+
+def is_sidecar_file(path: Path) -> bool:
+    """A trtqat engine sidecar (``<engine>.json`` with trtqat's format marker)."""
+    import json
+
+    from trtqat.engines.fileformat import SIDECAR_FORMAT
+
+    try:
+        if path.stat().st_size > 16 << 20:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == SIDECAR_FORMAT
 
 
 def is_engine_file(path: Path) -> bool:
     """An earlier engine artifact: a trtqat engine file, a TensorRT plan ('ftrt' magic), or
-    a file with a sidecar ``.json`` beside it."""
-    from trtqat.engines.fileformat import MAGIC
+    a file with a trtqat sidecar (``<engine>.json``) beside it."""
+    from trtqat.engines.fileformat import MAGIC, sidecar_path
 
     try:
         with open(path, "rb") as f:
             head = f.read(len(MAGIC))
     except OSError:
         return False
-    sidecars = (path.with_name(path.name + ".json"), path.with_suffix(".json"))
-    return (head.startswith(MAGIC) or head[:4] == b"ftrt"
-            or any(s.is_file() and s != path for s in sidecars))
+    return head.startswith(MAGIC) or head[:4] == b"ftrt" or is_sidecar_file(sidecar_path(path))
 
 
-def is_times_file(path: Path) -> bool:
-    """An earlier ``--exportTimes`` output: a JSON list."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(64).lstrip()[:1] == b"["
-    except OSError:
-        return False
+# the report each flag writes (trtqat.engines.trtexec_io.report_kind) and its name in messages
+REPORTS = {"exportTimes": "times", "exportOutput": "outputs", "exportProfile": "profile",
+           "exportLayerInfo": "layers"}
+ENGINE_OUTPUTS = ("saveEngine", "out")
 
 
-def is_json_report(path: Path) -> bool:
-    """An earlier trtexec-style JSON report (--exportOutput/--exportProfile/--exportLayerInfo):
-    a file whose text starts with a JSON list or object."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(64).lstrip()[:1] in (b"[", b"{")
-    except OSError:
-        return False
+def _is_report(kind: str) -> Callable[[Path], bool]:
+    def check(path: Path) -> bool:
+        from trtqat.engines.trtexec_io import report_kind
+
+        return report_kind(path) == kind
+
+    return check
 
 
-_JSON_REPORTS = ("exportOutput", "exportProfile", "exportLayerInfo")
+def _claim(seen: dict[Path, str], flag: str, path: Path) -> None:
+    """Refuse two outputs of one command that are the same file."""
+    key = path.absolute()
+    if key in seen:
+        raise OutputPathError(f"{flag} {path} is also {seen[key]}: each output needs its own "
+                              "file; choose another path")
+    seen[key] = f"{flag}"
 
 
 def check_engine_outputs(args: argparse.Namespace, outputs: Iterable[tuple[str, str]]) -> None:
-    """Refuse engine outputs (``(flag, attribute)``) that are an input of the command or an
-    existing file that is not an earlier output of the same kind (an engine; ``--exportTimes``:
-    times; ``--exportOutput``/``--exportProfile``/``--exportLayerInfo``: a JSON report)."""
+    """Refuse engine outputs (``(flag, attribute)``) that are an input of the command, the
+    same file as another output, or an existing file that is not an earlier output of the
+    same kind, recognised by its content: an engine (with a trtqat sidecar beside it, whose
+    own path must be free or a trtqat sidecar too), or the trtexec report the flag writes
+    (``--exportTimes``, ``--exportOutput``, ``--exportProfile``, ``--exportLayerInfo``)."""
+    from trtqat.engines.fileformat import sidecar_path
+
     inputs = [(f"--{name}", getattr(args, name, None))
               for name in ("onnx", "loadEngine", "calibInputs", "timingCacheFile")]
+    cache = getattr(args, "timingCacheFile", None)
+    if cache:  # read and then rewritten by TensorRT: it may be no other input
+        check_output_file(cache, "--timingCacheFile", inputs[:3], lambda _: True,
+                          "a timing cache")
+    seen: dict[Path, str] = {}
     for flag, attr in outputs:
         value = getattr(args, attr, None)
         if not value:
             continue
-        if attr == "exportTimes":
-            check_output_file(value, flag, inputs, is_times_file, "an earlier --exportTimes file")
-        elif attr in _JSON_REPORTS:
-            check_output_file(value, flag, inputs, is_json_report,
-                              f"an earlier {flag} file (JSON)")
-        else:
-            check_output_file(value, flag, inputs, is_engine_file, "an engine file")
+        path = Path(value)
+        _claim(seen, flag, path)
+        if attr in REPORTS:
+            check_output_file(value, flag, inputs, _is_report(REPORTS[attr]),
+                              f"an earlier {flag} file ({REPORTS[attr]} JSON)")
+            continue
+        check_output_file(value, flag, inputs, is_engine_file, "an engine file")
+        side = sidecar_path(path)
+        _claim(seen, f"the sidecar of {flag}", side)
+        check_output_file(side, f"the sidecar of {flag}", inputs, is_sidecar_file,
+                          "a trtqat engine sidecar", choose=flag)

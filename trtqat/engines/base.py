@@ -147,17 +147,23 @@ class Builder(ABC):
                     inputs: tuple[TensorSpec, ...]) -> Engine: ...
 
     def base_header(self, path: Path, inputs: Sequence[TensorSpec],
-                    outputs: Sequence[TensorSpec], backend_version: str) -> dict[str, Any]:
-        """The header fields every backend stores."""
+                    outputs: Sequence[TensorSpec], backend_version: str,
+                    ignored: Sequence[str] = ()) -> dict[str, Any]:
+        """The header fields every backend stores. ``ignored``: BuildOptions fields the
+        backend did not apply (e.g. precision flags where precision comes from the ONNX):
+        recorded as ``ignored_options`` and left at their defaults in ``build_options``, which
+        says what the engine was built with."""
         from trtqat import __version__
 
-        return {
+        defaults = BuildOptions()
+        applied = self.options.with_changes(**{k: getattr(defaults, k) for k in ignored})
+        return {"ignored_options": sorted(k for k in ignored if getattr(self.options, k)),
             "backend": self.backend, "backend_version": backend_version,
             "trtqat_version": __version__, "source": str(path),
             "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "inputs": [s.to_json() for s in inputs], "outputs": [s.to_json() for s in outputs],
-            "build_options": self.options.to_json(),
+            "build_options": applied.to_json(),
         }
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from trtqat.engines.errors import InputError
 from trtqat.engines.specs import Shape
+from trtqat.finite import describe, first_non_finite
 
 if TYPE_CHECKING:
     from trtqat.engines.base import Engine
@@ -72,6 +73,10 @@ def engine_feed(engine: Engine, shapes: Mapping[str, Shape] | None = None,
     from trtqat.engines.base import random_feed
 
     given = {name: np.asarray(value) for name, value in (inputs or {}).items()}
+    found = first_non_finite(given.items())
+    if found is not None:
+        raise InputError(f"input {describe(found)}; engines are timed and checked on finite "
+                         "data: fix the input")
     shapes = dict(shapes or {})
     names = [spec.name for spec in engine.inputs]
     for what, named in (("--shapes: ", shapes), ("", given)):

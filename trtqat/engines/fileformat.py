@@ -24,7 +24,7 @@ from typing import Any
 
 import onnx
 
-from trtqat.atomic import write_atomic
+from trtqat.atomic import publish, temp_path, write_atomic, write_failed
 from trtqat.engines.errors import EngineFileError
 
 log = logging.getLogger(__name__)
@@ -77,15 +77,33 @@ class EngineFile:
 
 def write_engine_files(path: str | os.PathLike[str], header: dict[str, Any],
                        payload: bytes) -> Path:
-    """Write ``payload`` unchanged to ``path`` and ``header`` to ``<path>.json`` (atomically)."""
+    """Write ``payload`` unchanged to ``path`` and ``header`` to ``<path>.json``.
+
+    Both files are written in full to temporary files first and only then renamed into
+    place, so a full disk (or any failed write) leaves the old pair, or nothing, never an
+    engine without its sidecar (:class:`~trtqat.atomic.WriteError`).
+    """
     payload = bytes(payload)
-    target = atomic_write(path, payload)
+    target = Path(path)
     meta = {k: v for k, v in header.items() if k not in ("sidecar", "format", "payload_size",
                                                           "payload_sha256")}
     meta.update(format=SIDECAR_FORMAT, format_version=SIDECAR_VERSION,
                 engine_file=target.name, payload_size=len(payload),
                 payload_sha256=hashlib.sha256(payload).hexdigest())
-    atomic_write(sidecar_path(target), json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n")
+    side = json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"
+    temps: list[Path] = []
+    try:
+        for data, dest in ((payload, target), (side, sidecar_path(target))):
+            temps.append(temp_path(dest))
+            with open(temps[-1], "wb") as f:
+                f.write(data)
+        publish(temps[0], target)
+        publish(temps[1], sidecar_path(target))
+    except OSError as exc:
+        raise write_failed(target, exc, "no engine was written") from None
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
     return target
 
 

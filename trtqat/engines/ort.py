@@ -26,7 +26,13 @@ from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
 from trtqat.engines.fileformat import KIND_ONNX
 from trtqat.engines.onnx_io import onnx_input_specs, onnx_output_specs, ort_disabled_optimizers
-from trtqat.engines.specs import PROVIDERS, BuildOptions, TensorSpec, precision_note
+from trtqat.engines.specs import (
+    PRECISION_FLAGS,
+    PROVIDERS,
+    BuildOptions,
+    TensorSpec,
+    precision_note,
+)
 from trtqat.engines.timing import QueryTimes
 
 log = logging.getLogger(__name__)
@@ -208,11 +214,22 @@ class OrtBuilder(Builder):
         ort = import_ort()
         options = self.options
         note = precision_note(options, "ONNX Runtime")
-        if note and "tensorrt" not in options.providers:
+        ignored = PRECISION_FLAGS if note and "tensorrt" not in options.providers else ()
+        if ignored:
             log.warning(note)
+        if options.cuda_graph and not set(options.providers) & {"cuda", "tensorrt"}:
+            ignored += ("cuda_graph",)  # CUDA graphs need a GPU provider
         if options.timing_cache and "tensorrt" not in options.providers:
             log.info("--timingCacheFile is ignored by the ort backend")
+        from trtqat.engines.ort_nodes import is_qdq_model, node_summary
+
+        qdq_source = is_qdq_model(model)
         model = prepare_model(model, options)
+        cpu_int8: dict[str, Any] = {}
+        if tuple(options.providers) == ("cpu",):
+            from trtqat.engines.ort_u8s8 import guard_model
+
+            model, cpu_int8 = guard_model(model, None if options.u8s8_guard else False)
         providers = _providers(ort, options)
         so = _session_options(ort, options)
         compiled = any(p in _COMPILING_PROVIDERS for p in options.providers)
@@ -224,10 +241,13 @@ class OrtBuilder(Builder):
             disabled = ort_disabled_optimizers(model)
             _create_session(ort, source, so, providers, str(path), disabled)
             payload = optimized.read_bytes() if not compiled else source
-        header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__)
+        header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__,
+                                  ignored=ignored)
         header.update(providers=[name for name, _ in providers], optimized=not compiled,
                       prepare=options.ort_prepare, machine=platform.machine(),
-                      disabled_optimizers=disabled)
+                      disabled_optimizers=disabled, cpu_int8=cpu_int8)
+        if not compiled:
+            header["compute_nodes"] = node_summary(onnx.load_from_string(payload), qdq_source)
         return OrtEngine(payload, header)
 
 

@@ -21,21 +21,30 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
-import tempfile
 import time
-from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from trtqat.arrays import row_cosines
-from trtqat.engines.errors import EngineBuildError
 from trtqat.engines.hints import ORT_PASSES, read_hints
-from trtqat.engines.onnx_io import has_float16, ort_disabled_optimizers
+from trtqat.engines.onnx_io import has_float16
+from trtqat.engines.ort_inspect import (  # noqa: F401  (re-exported)
+    DATA_OPS,
+    DEFAULT_MIN_COSINE,
+    EMBEDDING_TASKS,
+    INTEGER_OPS,
+    QDQ_OPS,
+    TYPED_OPS,
+    AgreementError,
+    Feeds,
+    check_agreement,
+    count_compute_nodes,
+    cpu_session,
+    is_embedding_output,
+    optimized_model,
+)
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_qdq_matmul import (
     fold_constants,
@@ -44,201 +53,16 @@ from trtqat.engines.ort_qdq_matmul import (
 )
 from trtqat.engines.ort_qdq_rewrite import (
     fold_batchnorm_nodes,
-    insert_output_quantizers,
     prequantize_weights,
     quantize_gemm_bias,
     reducemean_to_gap,
     reencode_uint8,
     unify_quantizers,
 )
+from trtqat.engines.ort_qdq_units import absorb_clips, complete_units
+from trtqat.engines.ort_u8s8 import cpu_int8_info, exact_weights, u8s8_saturates
 
 log = logging.getLogger(__name__)
-
-Feeds = Sequence[dict[str, np.ndarray]]
-
-INTEGER_OPS = frozenset({
-    "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool",
-    "QGemm", "QLinearMatMul", "MatMulInteger", "ConvInteger", "MatMulIntegerToFloat",
-    "DynamicQuantizeMatMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
-    "QLinearSoftmax", "QLinearReduceMean", "QLinearWhere", "QAttention", "NhwcQLinearConv",
-})
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
-# Ops that only move, reshape or convert data: neither integer nor float compute.
-DATA_OPS = frozenset({
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Shape", "Gather", "Concat",
-    "Slice", "Identity", "Constant", "ReorderInput", "ReorderOutput", "Cast", "Expand", "Split",
-    "Tile", "Pad", "ConstantOfShape", "Range",
-})
-# Ops whose kernel follows its input type (integer on uint8/int8 tensors).
-TYPED_OPS = frozenset({"MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Relu", "Resize"})
-_INT_TYPES = {onnx.TensorProto.UINT8, onnx.TensorProto.INT8}
-
-
-# The re-encoding adds output quantizers of its own; on MiniLM they move the embeddings by a
-# mean cosine of about 0.99 against the unrewritten Q/DQ graph (and by less than 0.003 against
-# FP32), so 0.98 passes that and still stops a broken rewrite.
-DEFAULT_MIN_COSINE = 0.98
-
-
-class AgreementError(EngineBuildError):
-    """A rewritten model's outputs moved too far from the model it was made from."""
-
-
-def cpu_session(model: onnx.ModelProto, threads: int = 2, level: str = "all",
-                optimized_path: str | None = None):
-    """An ONNX Runtime CPU session for ``model`` (``level`` 'all' or 'basic' graph
-    optimisation, warnings silenced, ``threads`` intra-op threads)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = {
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    }[level]
-    if optimized_path is not None:
-        so.optimized_model_filepath = optimized_path
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=ort_disabled_optimizers(model))
-
-
-def optimized_model(model: onnx.ModelProto, threads: int = 2) -> onnx.ModelProto:
-    """The graph ORT's CPU provider runs for ``model`` (ORT_ENABLE_ALL, as saved by
-    ``SessionOptions.optimized_model_filepath``)."""
-    with tempfile.TemporaryDirectory(prefix="trtqat-ort-") as tmp:
-        path = os.path.join(tmp, "optimized.onnx")
-        cpu_session(model, threads, "all", path)
-        return onnx.load(path)
-
-
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every tensor, from declarations plus a forward pass over node kinds."""
-    g = model.graph
-    types = {t.name: t.data_type for t in g.initializer}
-    for v in list(g.input) + list(g.value_info) + list(g.output):
-        if v.type.tensor_type.elem_type:
-            types[v.name] = v.type.tensor_type.elem_type
-    for n in g.node:
-        op = n.op_type
-        if op in ("MatMulInteger", "ConvInteger"):
-            t = onnx.TensorProto.INT32
-        elif op == "QuantizeLinear" or op.startswith("QLinear") or (op == "QGemm" and len(n.input) > 8):
-            # QLinear* ops keep their input's type; QuantizeLinear takes its zero-point's
-            zp = {"QGemm": 8, "QLinearConcat": 1}.get(op, 2)
-            t = types.get(n.input[zp], onnx.TensorProto.UINT8) if len(n.input) > zp else onnx.TensorProto.UINT8
-        elif n.op_type in TYPED_OPS or n.op_type in DATA_OPS:
-            t = types.get(n.input[0], onnx.TensorProto.FLOAT) if n.input else onnx.TensorProto.FLOAT
-        else:
-            t = onnx.TensorProto.FLOAT
-        for o in n.output:
-            types.setdefault(o, t)
-    return types
-
-
-def count_compute_nodes(model: onnx.ModelProto) -> dict[str, Any]:
-    """Integer vs float compute nodes of ``model`` (pass an ORT-optimised graph, see
-    :func:`optimized_model`).
-
-    Returns ``{"integer": {op: n}, "float": {op: n}, "integer_total", "float_total",
-    "quantize_dequantize": n, "other": {op: n}}``; pooling on uint8/int8 tensors counts as
-    integer, data-movement ops (Reshape, Transpose, ...) as other.
-    """
-    types = _elem_types(model)
-    integer: Counter[str] = Counter()
-    floating: Counter[str] = Counter()
-    other: Counter[str] = Counter()
-    qdq = 0
-    for n in model.graph.node:
-        op = n.op_type
-        if op in QDQ_OPS:
-            qdq += 1
-        elif op in INTEGER_OPS:
-            integer[op] += 1
-        elif op in DATA_OPS:
-            other[op] += 1
-        elif op in TYPED_OPS and n.input and types.get(n.input[0]) in _INT_TYPES:
-            integer[op] += 1
-        else:
-            floating[op] += 1
-    return {"integer": dict(integer), "float": dict(floating),
-            "integer_total": sum(integer.values()), "float_total": sum(floating.values()),
-            "quantize_dequantize": qdq, "other": dict(other)}
-
-
-def _run(session, feeds: Feeds) -> list[np.ndarray]:
-    return [session.run(None, feed)[0] for feed in feeds]
-
-
-EMBEDDING_TASKS = frozenset({"sentence-embedding", "embedding", "feature-extraction"})
-
-
-def is_embedding_output(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = ()) -> bool:
-    """True when the first output holds embeddings rather than class scores: the model's
-    metadata ``trtqat.task`` is an embedding task, the output's name contains "embedding",
-    or every row of ``outputs`` (reference values) has unit L2 norm."""
-    meta = {p.key: p.value for p in model.metadata_props}
-    if meta.get("trtqat.task") in EMBEDDING_TASKS:
-        return True
-    if model.graph.output and "embedding" in model.graph.output[0].name.lower():
-        return True
-    rows = [o.reshape(-1, o.shape[-1]) for o in outputs if o.ndim >= 2 and o.shape[-1] > 1]
-    return bool(rows) and all(
-        np.allclose(np.linalg.norm(r.astype(np.float64), axis=-1), 1.0, atol=1e-3) for r in rows)
-
-
-def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
-                    feeds: Feeds, min_top1: float = 0.99, threads: int = 2,
-                    min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
-    """Compare the first output of two models on ``feeds`` with ORT's CPU provider.
-
-    ``metric`` "top1" (classifiers: argmax over the last axis per sample, at least
-    ``min_top1`` must agree), "cosine" (embeddings: mean cosine similarity per row at least
-    ``min_cosine``, default :data:`DEFAULT_MIN_COSINE`) or "auto" (cosine when
-    :func:`is_embedding_output`). Returns ``{"metric", "top1_agreement", "samples",
-    "max_abs_diff", "mean_abs_diff", "max_abs_reference"}`` plus ``mean_cosine`` and
-    ``min_cosine`` for the cosine metric; raises :class:`AgreementError` below the threshold.
-    """
-    if not feeds:
-        raise AgreementError("check_agreement got no inputs: pass at least one feed dict")
-    if metric not in ("auto", "top1", "cosine"):
-        raise ValueError(f"metric must be auto, top1 or cosine, got {metric!r}")
-    ref = _run(cpu_session(reference_model, threads), feeds)
-    cand = _run(cpu_session(candidate_model, threads), feeds)
-    if metric == "auto":
-        metric = "cosine" if is_embedding_output(reference_model, ref) else "top1"
-    same = total = 0
-    max_diff = mean_acc = ref_max = 0.0
-    for r, c in zip(ref, cand):
-        r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
-        same += int((r2.argmax(-1) == c2.argmax(-1)).sum())
-        total += r2.shape[0]
-        diff = np.abs(r2.astype(np.float64) - c2)
-        max_diff = max(max_diff, float(diff.max()))
-        mean_acc += float(diff.sum())
-        ref_max = max(ref_max, float(np.abs(r2).max()))
-    result = {"metric": metric, "top1_agreement": same / total, "samples": total,
-              "max_abs_diff": max_diff,
-              "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
-              "max_abs_reference": ref_max}
-    if metric == "cosine":
-        cos = np.concatenate([row_cosines(r, c) for r, c in zip(ref, cand)])
-        threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
-        result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()))
-        if result["mean_cosine"] < threshold:
-            raise AgreementError(
-                f"CPU re-encoding moved the embeddings too far: mean cosine similarity "
-                f"{result['mean_cosine']:.4f} < {threshold:.4f} on {total} rows (lowest "
-                f"{result['min_cosine']:.4f}); build with --ortPrepare=none or calibrate on "
-                "representative inputs")
-    elif result["top1_agreement"] < min_top1:
-        raise AgreementError(
-            f"CPU re-encoding moved the outputs too far: top-1 agreement "
-            f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "
-            f"{max_diff:.3g}); build without CPU re-encoding or calibrate on representative inputs"
-        )
-    return result
 
 
 def _ranges_fn(model: onnx.ModelProto, feeds: Feeds, threads: int):
@@ -280,9 +104,34 @@ def is_tensorrt_qdq(model: onnx.ModelProto) -> bool:
     return False
 
 
+def _int8_activation_qs(g: Graph) -> list[str]:
+    """Outputs of the activation QuantizeLinear nodes with an int8 zero-point."""
+    out = []
+    for n in g.graph.node:
+        if n.op_type == "QuantizeLinear" and not g.is_const(n.input[0]) and len(n.input) > 2:
+            zp = g.const(n.input[2])
+            if zp is not None and zp.dtype == np.int8:
+                out.append(n.output[0])
+    return out
+
+
+def _uint8_zero_point_0(g: Graph, names: list[str]) -> set[str]:
+    """Those of ``names`` (Q outputs) whose Q now has a uint8 zero-point 0."""
+    found = set()
+    for name in names:
+        q = g.producer.get(name)
+        if q is None or len(q.input) < 3:
+            continue
+        zp = g.const(q.input[2])
+        if zp is not None and zp.dtype == np.uint8 and zp.size == 1 and int(zp.reshape(())) == 0:
+            found.add(name)
+    return found
+
+
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
                      min_top1: float = 0.99, unify: bool = True, threads: int = 2,
-                     count_nodes: bool = True, min_cosine: float | None = None
+                     count_nodes: bool = True, min_cosine: float | None = None,
+                     u8s8_exact: bool | None = None
                      ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Rewrite a TensorRT-style Q/DQ ``model`` for ORT's CPU integer kernels.
 
@@ -291,7 +140,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     agreement of a classifier is below ``min_top1``, or the mean cosine of embedding outputs
     below ``min_cosine``, default 0.98); without them added ranges come from neighbouring
     quantizers and nothing is checked. ``unify`` gives a tensor read by several Q nodes one
-    Q (the largest scale).
+    Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
+    activation can exceed 127 steps as uint8 (see :mod:`trtqat.engines.ort_u8s8`); None
+    measures whether this CPU needs it.
     Returns the new model (``model`` is not modified) and a report of what was rewritten,
     the integer/float node counts of ORT's optimised graph before and after, and the
     agreement figures.
@@ -322,13 +173,24 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes.update(unify_quantizers(g))
     if "output_quantizers" in run:
         ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
-        passes["output_quantizers_added"] = insert_output_quantizers(g, ranges)
+        passes["output_quantizers_added"] = complete_units(g, ranges, unify)
+    saturates = u8s8_saturates() if u8s8_exact is None else not u8s8_exact
+    if "absorb_clips" in run:
+        passes["clips_absorbed"] = absorb_clips(g, integer=saturates)
+    seven_bit: set[str] = set()
     if "reencode_uint8" in run:
+        int8_qs = _int8_activation_qs(g)
         passes["activations_reencoded"] = reencode_uint8(g)
+        g.reindex()
+        seven_bit = _uint8_zero_point_0(g, int8_qs)
     if "quantize_gemm_bias" in run:
         passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
     if matmul_graph and "fuse_matmul_epilogues" in run:
         passes["matmul_epilogues"] = fuse_matmul_epilogues(g)
+    report["cpu"] = dict(cpu_int8_info(), u8s8_saturates=saturates)
+    if saturates:  # not a pass a family chooses: the integer kernels here need it
+        g.reindex()
+        report["cpu"]["uint8_weights"] = exact_weights(g, seven_bit)
     new_model = g.model
     onnx.checker.check_model(new_model)
     report.update(rewritten=True, passes=passes,
@@ -351,7 +213,8 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     graphs, unchanged otherwise.
 
     Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``min_cosine``,
-    ``threads``, ``cpu_reencode`` (False skips the rewrite). The report is logged and stored in the
+    ``threads``, ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
+    int8 weights where ORT's u8s8 kernels may saturate). The report is logged and stored in the
     model's metadata under ``trtqat.cpu_reencode``.
     """
     if not getattr(options, "cpu_reencode", True):
@@ -360,7 +223,9 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     new_model, report = reencode_for_cpu(model, getattr(options, "calib_feeds", None),
                                          min_top1=getattr(options, "min_top1", 0.99),
                                          threads=threads,
-                                         min_cosine=getattr(options, "min_cosine", None))
+                                         min_cosine=getattr(options, "min_cosine", None),
+                                         u8s8_exact=None if getattr(options, "u8s8_guard", True)
+                                         else True)
     if report.get("rewritten"):
         entry = new_model.metadata_props.add()
         entry.key, entry.value = "trtqat.cpu_reencode", json.dumps(report, default=str)

@@ -18,7 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 PASS_THROUGH = frozenset({"MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                           "Identity"})
 # Ops whose output is non-negative when their (first) input is.
-KEEPS_SIGN = PASS_THROUGH | {"GlobalAveragePool", "AveragePool", "GlobalMaxPool", "Resize"}
+KEEPS_SIGN = PASS_THROUGH | {"GlobalAveragePool", "AveragePool", "GlobalMaxPool", "Resize",
+                             "Split", "Slice", "Gather", "DepthToSpace", "SpaceToDepth"}
 
 
 def attr(node: onnx.NodeProto, name: str, default=None):

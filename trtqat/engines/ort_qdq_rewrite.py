@@ -7,10 +7,10 @@ groups, and only with uint8 activations. The passes, in order:
 1. weights: ``Q(float initializer) -> DQ`` becomes ``DQ(int8 initializer)``;
 2. BatchNormalization after a Conv with int8 weights is folded into the per-channel weight
    scale and the bias (exact: the int8 weights do not change);
-3. ``ReduceMean`` over H, W with keepdims becomes ``GlobalAveragePool``;
+3. ``ReduceMean`` over H, W becomes ``GlobalAveragePool`` (+ ``Flatten`` without keepdims);
 4. a tensor read by several activation Q nodes gets one Q (the largest scale);
-5. Conv / Add / pooling outputs that are not quantized get a Q/DQ: the scale of the next Q
-   when only data-movement ops (MaxPool, Reshape, ...) lie between, else a calibrated one;
+5. every op ORT can run on integer kernels gets quantized inputs and outputs, and a
+   ``Clip(0, H) -> Q`` (ReLU6) becomes a Q ORT fuses (:mod:`trtqat.engines.ort_qdq_units`);
 6. every int8 activation Q/DQ is re-encoded as uint8 with the same scale: zero-point 0 for
    non-negative tensors (ORT then drops the ReLU), 128 otherwise (exact);
 7. a Gemm with quantized A and B gets an int32 bias (scale ``s_A * s_B``), which lets ORT
@@ -21,20 +21,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from trtqat.engines.ort_qdq_graph import KEEPS_SIGN, PASS_THROUGH, Graph, attr, set_attr
+from trtqat.engines.ort_qdq_graph import KEEPS_SIGN, Graph, attr, set_attr
 
 log = logging.getLogger(__name__)
-
-# ops ORT's CPU provider runs as integer kernels when wrapped in DQ -> op -> Q
-FUSABLE = ("Conv", "Add", "GlobalAveragePool", "AveragePool")
-
-RangeFn = Callable[[list[str]], dict[str, float]]
 
 
 def _qparams(g: Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray] | None:
@@ -126,11 +120,13 @@ def fold_batchnorm_nodes(g: Graph) -> int:
 
 
 def reducemean_to_gap(g: Graph, ranks: dict[str, int]) -> int:
-    """``ReduceMean`` over every spatial axis with keepdims=1 -> ``GlobalAveragePool``."""
+    """``ReduceMean`` over every spatial axis -> ``GlobalAveragePool`` (followed by a
+    ``Flatten`` when keepdims=0 on a 4-D tensor)."""
     count = 0
     for node in [n for n in g.graph.node if n.op_type == "ReduceMean"]:
         rank = ranks.get(node.input[0])
-        if rank is None or rank < 3 or attr(node, "keepdims", 1) != 1:
+        keep = attr(node, "keepdims", 1)
+        if rank is None or rank < 3 or (keep != 1 and rank != 4):
             continue
         axes = attr(node, "axes")
         if axes is None and len(node.input) > 1 and node.input[1]:
@@ -139,11 +135,16 @@ def reducemean_to_gap(g: Graph, ranks: dict[str, int]) -> int:
             continue
         if sorted(int(a) % rank for a in np.asarray(axes).reshape(-1)) != list(range(2, rank)):
             continue
-        new = helper.make_node("GlobalAveragePool", [node.input[0]], list(node.output),
-                               name=node.name or g.fresh("GlobalAveragePool"))
+        pooled = node.output[0] if keep == 1 else g.fresh(f"{node.output[0]}_pooled")
+        new = [helper.make_node("GlobalAveragePool", [node.input[0]], [pooled],
+                                name=node.name or g.fresh("GlobalAveragePool"))]
+        if keep != 1:
+            new.append(helper.make_node("Flatten", [pooled], list(node.output), axis=1,
+                                        name=g.fresh("Flatten")))
         idx = list(g.graph.node).index(node)
         g.graph.node.remove(node)
-        g.graph.node.insert(idx, new)
+        for k, n in enumerate(new):
+            g.graph.node.insert(idx + k, n)
         count += 1
     g.finish()
     return count
@@ -205,115 +206,6 @@ def _is_dq_output(g: Graph, name: str) -> bool:
     return node is not None and node.op_type == "DequantizeLinear" and not g.is_const(node.input[0])
 
 
-def _downstream_scale(g: Graph, name: str) -> float | None:
-    """Scale of the Q reached from ``name`` through single-reader data-movement ops."""
-    seen = 0
-    while seen < 16:
-        user = g.only_consumer(name)
-        if user is None:
-            return None
-        if user.op_type == "QuantizeLinear":
-            return _per_tensor_scale(g, user)
-        if user.op_type not in PASS_THROUGH or user.input[0] != name:
-            return None
-        name = user.output[0]
-        seen += 1
-    return None
-
-
-def _neighbour_scale(g: Graph, name: str) -> float | None:
-    """Without calibration data: the largest scale of the DQ inputs and output Q of the Add
-    that reads ``name``."""
-    user = g.only_consumer(name)
-    if user is None or user.op_type != "Add":
-        return None
-    scales = [_per_tensor_scale(g, g.producer[i]) for i in user.input
-              if i != name and _is_dq_output(g, i)]
-    out = user.output[0]
-    relu = g.only_consumer(out)
-    if relu is not None and relu.op_type == "Relu":
-        out = relu.output[0]
-    scales.append(_downstream_scale(g, out))
-    scales = [s for s in scales if s is not None]
-    return max(scales) if scales else None
-
-
-def _plan_output_quantizers(g: Graph) -> list[tuple[str, float | None]]:
-    """Tensors that need a Q/DQ so that a fusable op gets a quantized output, with the scale
-    of the next Q where one follows (None: to be calibrated)."""
-    planned: dict[str, float | None] = {}
-    for node in g.graph.node:
-        if node.op_type not in FUSABLE:
-            continue
-        if node.op_type == "Conv":
-            data = [node.input[0]]
-            wdq = g.producer.get(node.input[1])
-            if wdq is None or wdq.op_type != "DequantizeLinear" or not g.is_const(wdq.input[0]):
-                continue
-        else:
-            data = [i for i in node.input if i and not g.is_const(i)]
-            if node.op_type == "Add" and len(data) != 2:
-                continue
-        if not all(_is_dq_output(g, i) or i in planned for i in data):
-            continue
-        point = node.output[0]
-        relu = g.only_consumer(point)
-        if relu is not None and relu.op_type == "Relu":
-            point = relu.output[0]
-        user = g.only_consumer(point)
-        if user is not None and user.op_type == "QuantizeLinear":
-            continue
-        users = g.consumers.get(point, [])
-        if not users or point in g.outputs:
-            continue
-        if not _feeds_only_fusable(g, point):
-            continue
-        planned[point] = _downstream_scale(g, point)
-    return list(planned.items())
-
-
-def _feeds_only_fusable(g: Graph, name: str, depth: int = 8) -> bool:
-    """Every path from ``name`` through pass-through ops (Reshape, Transpose, ...) ends in a
-    fusable op or a QuantizeLinear: a quantized output then costs no extra rounding (a ViT's
-    patch embedding ends in a Concat with the float class token: it is left alone)."""
-    users = g.consumers.get(name, [])
-    if not users or depth == 0 or name in g.outputs:
-        return False
-    for user in users:
-        if user.op_type in FUSABLE or user.op_type == "QuantizeLinear":
-            continue
-        if user.op_type not in PASS_THROUGH or not all(
-                _feeds_only_fusable(g, out, depth - 1) for out in user.output if out):
-            return False
-    return True
-
-
-def insert_output_quantizers(g: Graph, ranges: RangeFn | None) -> dict[str, int]:
-    """Give fusable ops a quantized output (see the module docstring, pass 5)."""
-    plan = _plan_output_quantizers(g)
-    todo = [name for name, scale in plan if scale is None]
-    amax = ranges(todo) if (ranges is not None and todo) else {}
-    from_next = calibrated = guessed = 0
-    for name, scale in plan:
-        if scale is not None:
-            from_next += 1
-        elif name in amax:
-            scale = max(amax[name], 1e-12) / 127.0
-            calibrated += 1
-        else:
-            scale = _neighbour_scale(g, name)
-            if scale is None:
-                log.info("no range for %s: left in float", name)
-                continue
-            guessed += 1
-        q, _, dq_out = g.qdq(name, scale, 0, np.int8)
-        g.replace_uses(name, dq_out, skip=(q,))
-        g.reindex()
-    g.finish()
-    return {"from_next_quantizer": from_next, "calibrated": calibrated,
-            "from_neighbours": guessed}
-
-
 def _nonneg(g: Graph, name: str, memo: dict[str, bool]) -> bool:
     if name in memo:
         return memo[name]
@@ -322,19 +214,30 @@ def _nonneg(g: Graph, name: str, memo: dict[str, bool]) -> bool:
     result = False
     if node is not None:
         op = node.op_type
-        if op in ("Relu", "Softmax", "Sigmoid"):
+        if op in ("Relu", "Softmax", "Sigmoid", "HardSigmoid"):
             result = True
+        elif op in ("Mul", "Add", "Concat", "Max"):  # non-negative when every input is
+            result = all(_nonneg(g, i, memo) or _nonneg_const(g, i) for i in node.input if i)
         elif op == "Clip":
             low = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
             low = attr(node, "min") if low is None else low
             result = low is not None and float(np.asarray(low)) >= 0
         elif op == "DequantizeLinear":
             q = g.producer.get(node.input[0])
-            result = q is not None and q.op_type == "QuantizeLinear" and _nonneg(g, q.input[0], memo)
+            p = _qparams(g, q) if q is not None and q.op_type == "QuantizeLinear" else None
+            result = p is not None and ((p[1].dtype == np.uint8 and not np.any(p[1]))
+                                        or _nonneg(g, q.input[0], memo))
+        elif op == "Resize" and attr(node, "mode", b"nearest") in (b"cubic", "cubic"):
+            result = False  # cubic interpolation overshoots
         elif op in KEEPS_SIGN:
             result = _nonneg(g, node.input[0], memo)
     memo[name] = result
     return result
+
+
+def _nonneg_const(g: Graph, name: str) -> bool:
+    value = g.const(name)
+    return value is not None and bool(np.all(value >= 0))
 
 
 def reencode_uint8(g: Graph) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -123,6 +124,9 @@ def _ort_flag_notes(given: Mapping[str, Any]) -> list[FlagNote]:
         ("infStreams", (given.get("infStreams") or 1) > 1,
          f"{_ORT_IGNORES} (it runs one query at a time; --threads sets intra-op threads)"),
         ("device", not gpu, f"{_ORT_IGNORES} with the CPU provider (use --providers=cuda)"),
+        ("cuda_graph", not gpu and given.get("cuda_graph") is True,
+         f"{_ORT_IGNORES} with the CPU provider (CUDA graphs need --providers=cuda or "
+         "tensorrt)"),
     ]
 
 
@@ -237,6 +241,11 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
             option_kwargs[key] = parse_shapes(option_kwargs[key], key)
     engine = builder_class(backend or default_backend())(options, **option_kwargs).build(
         onnx_path)
+    from trtqat.engines.ort_nodes import mostly_float_note
+
+    note = mostly_float_note(engine.header)
+    if note:
+        logging.getLogger("trtqat.build").warning(note)
     if out is not None:
         engine.save(out)
     return engine

@@ -211,6 +211,9 @@ class BuildOptions:
                                                               repr=False)
     min_top1: float = 0.99
     min_cosine: float = 0.98
+    # ORT CPU: store int8 weights as uint8 where the u8 x s8 kernels could saturate (x86
+    # without VNNI, see trtqat.engines.ort_u8s8); False runs them as ORT's own PTQ does.
+    u8s8_guard: bool = True
 
     def __post_init__(self) -> None:
         for flag, given in (("--shapes", self.shapes), ("--minShapes", self.min_shapes),
@@ -284,6 +287,10 @@ def export_variant_hint(options: BuildOptions) -> str | None:
     if options.fp16:
         return "fp16"
     return None
+
+
+# BuildOptions fields that are builder precision flags (TensorRT 10's --fp16/--int8/--best)
+PRECISION_FLAGS = ("fp16", "int8", "best")
 
 
 def precision_note(options: BuildOptions, backend: str) -> str | None:

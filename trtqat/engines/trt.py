@@ -29,7 +29,7 @@ from trtqat.engines.errors import (
 )
 from trtqat.engines.fileformat import KIND_ONNX, atomic_write
 from trtqat.engines.onnx_io import read_onnx_bytes
-from trtqat.engines.specs import BuildOptions, TensorSpec, precision_note
+from trtqat.engines.specs import PRECISION_FLAGS, BuildOptions, TensorSpec, precision_note
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class TrtBuilder(Builder):
                                       "detailed": trt.ProfilingVerbosity.DETAILED,
                                       "none": trt.ProfilingVerbosity.NONE,
                                       }[options.profiling_verbosity]
-        self._set_precision(trt, config)
+        ignored = self._set_precision(trt, config)
         cache = self._attach_timing_cache(config)
         self._add_profile(trt, builder, network, config, inputs)
         plan = builder.build_serialized_network(network, config)
@@ -206,11 +206,13 @@ class TrtBuilder(Builder):
         payload = bytes(plan)
         cuda_engine = deserialize(trt, payload, options.verbose)
         engine_inputs, engine_outputs = engine_io_specs(trt, cuda_engine)
-        header = self.base_header(path, engine_inputs, engine_outputs, str(trt.__version__))
+        header = self.base_header(path, engine_inputs, engine_outputs, str(trt.__version__),
+                                  ignored=ignored)
         header["network_flags"] = network_flags(trt, options)
         return TrtEngine(payload, header, cuda_engine)
 
-    def _set_precision(self, trt: Any, config: Any) -> None:
+    def _set_precision(self, trt: Any, config: Any) -> tuple[str, ...]:
+        """Set the precision builder flags this TensorRT has; returns the ones it ignored."""
         options = self.options
         missing = False
         if options.fp16 or options.best:
@@ -225,6 +227,10 @@ class TrtBuilder(Builder):
                 missing = True
         if missing:
             log.warning(precision_note(options, f"TensorRT {trt.__version__}"))
+            return tuple(f for f in PRECISION_FLAGS if f in ("fp16", "best")
+                         and not hasattr(trt.BuilderFlag, "FP16")
+                         or f in ("int8", "best") and not hasattr(trt.BuilderFlag, "INT8"))
+        return ()
 
     def _attach_timing_cache(self, config: Any) -> Any:
         if not self.options.timing_cache:

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -24,6 +26,8 @@ import numpy as np
 from trtqat.atomic import write_json
 from trtqat.engines.errors import InputError, OptionsError
 from trtqat.engines.specs import Shape, TensorSpec, format_shape
+
+log = logging.getLogger(__name__)
 
 
 def parse_name_files(text: str, flag: str = "--loadInputs") -> dict[str, Path]:
@@ -111,18 +115,48 @@ def load_inputs(files: Mapping[str, Path], inputs: Sequence[TensorSpec],
         elif name in shapes and tuple(array.shape) != shape:
             raise InputError(f"--loadInputs: {path} holds {format_shape(array.shape)} for input "
                              f"'{name}', but --shapes asks for {format_shape(shape)}")
+        check_finite_input("--loadInputs", path, name, array)
         feed[name] = array
     return feed
+
+
+def check_finite_input(flag: str, path: str | os.PathLike[str], name: str,
+                       array: np.ndarray) -> None:
+    """Refuse an input array holding NaN or infinity, naming it (InputError)."""
+    from trtqat.finite import first_non_finite
+
+    found = first_non_finite([(name, array)])
+    if found is not None:
+        raise InputError(f"{flag}: {path} holds {found[1]} NaN/inf value(s) of {found[2]} for "
+                         f"input '{name}'; engines are measured on finite data: fix the file")
 
 
 def _write_json(path: str | os.PathLike[str], data: Any) -> Path:
     return write_json(path, data)
 
 
+def _json_values(array: np.ndarray) -> list:
+    """Flat values for JSON: NaN and infinity (not JSON) become null."""
+    flat = np.asarray(array).ravel()
+    if flat.dtype.kind in "fc" and not np.isfinite(flat).all():
+        return [v if math.isfinite(v) else None for v in flat.astype(np.float64).tolist()]
+    return flat.tolist()
+
+
 def export_outputs(outputs: Mapping[str, np.ndarray], path: str | os.PathLike[str]) -> Path:
-    """trtexec's --exportOutput JSON: name, ``dimensions`` (``1x1000``) and flat values."""
+    """trtexec's --exportOutput JSON: name, ``dimensions`` (``1x1000``) and flat values.
+
+    NaN and infinity, which JSON cannot hold (trtexec writes bare ``nan``), are written as
+    ``null``, with one warning per output that holds them."""
+    from trtqat.finite import first_non_finite
+
+    for name, array in outputs.items():
+        found = first_non_finite([(name, array)])
+        if found is not None:
+            log.warning("--exportOutput: output '%s' holds %d NaN/inf value(s) of %d, written "
+                        "as null (the engine or its inputs are not finite)", *found)
     return _write_json(path, [{"name": name, "dimensions": format_shape(array.shape),
-                               "values": np.asarray(array).ravel().tolist()}
+                               "values": _json_values(array)}
                               for name, array in outputs.items()])
 
 
@@ -139,6 +173,46 @@ def export_profile(layers: Mapping[str, float], iterations: int,
 def export_layer_info(info: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """trtexec's --exportLayerInfo JSON (``{"Layers": [...], "Bindings": [...]}``)."""
     return _write_json(path, dict(info))
+
+
+# ---------------------------------------------------------------- recognising earlier reports
+# trtexec's --exportTimes record; an earlier --exportTimes file holds a list of them
+TIMES_KEYS = frozenset({"startEnqMs", "endEnqMs", "startComputeMs", "endComputeMs",
+                        "computeMs", "latencyMs"})
+_MAX_REPORT_BYTES = 256 << 20  # larger files are not recognised (so not overwritten)
+
+
+def _records(data: Any, keys: set[str]) -> bool:
+    return (isinstance(data, list) and bool(data)
+            and all(isinstance(r, dict) and keys <= set(r) for r in data))
+
+
+def report_kind(path: str | os.PathLike[str]) -> str | None:
+    """What trtexec-style report ``path`` holds, by its content: ``"times"``
+    (--exportTimes), ``"outputs"`` (--exportOutput), ``"profile"`` (--exportProfile),
+    ``"layers"`` (--exportLayerInfo), or None for anything else (an engine's sidecar, a run's
+    export.json or metrics.jsonl, compare's report.json, a damaged or huge file ...)."""
+    import json
+
+    try:
+        if os.path.getsize(path) > _MAX_REPORT_BYTES:
+            return None
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    if _records(data, set(TIMES_KEYS)):
+        return "times"
+    if _records(data, {"name", "dimensions", "values"}):
+        return "outputs"
+    if (isinstance(data, list) and data and isinstance(data[0], dict)
+            and set(data[0]) == {"count"} and (len(data) == 1 or _records(
+                data[1:], {"name", "timeMs", "averageMs", "percentage"}))):
+        return "profile"
+    if isinstance(data, dict) and {"Layers", "Bindings"} <= set(data) and all(
+            isinstance(data[k], list) for k in ("Layers", "Bindings")):
+        return "layers"
+    return None
 
 
 def layer_info_lines(info: Mapping[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ from torch import fx, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd, _ConvTransposeNd
 
-from trtqat.quant.mixin import QuantInputMixin
+from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class _Tracer(fx.Tracer):
     """Keeps Quant* layers and quantizers whole, so conv -> bn edges are visible."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if isinstance(m, (TensorQuantizer, QuantInputMixin, _ConvNd, _BatchNorm)):
+        if isinstance(m, (TensorQuantizer, *QUANT_LAYERS, _ConvNd, _BatchNorm)):
             return True
         return super().is_leaf_module(m, module_qualified_name)
 

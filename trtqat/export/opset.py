@@ -56,11 +56,15 @@ def _retarget(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     return out
 
 
+_RESIZE_DEFAULTS = {("antialias", 0), ("keep_aspect_ratio_policy", b"stretch")}
+
+
 def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
     """Remove attributes the target schema does not know, where that changes nothing.
 
     ``noop_with_empty_axes=0`` is the older behaviour; ``Split(num_outputs=n)`` (opset 18,
-    e.g. ShuffleNet's channel split) becomes a Split with explicit sizes; ``Reshape(allowzero=1)`` only differs
+    e.g. ShuffleNet's channel split) becomes a Split with explicit sizes; Resize drops
+    ``antialias=0`` and ``keep_aspect_ratio_policy="stretch"`` (an upsample's defaults); ``Reshape(allowzero=1)`` only differs
     from older Reshape when its shape holds a 0.
     """
     g = GraphIndex(model.graph)
@@ -80,6 +84,8 @@ def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
                 if len(node.input) > 1 and node.input[1]:
                     continue  # explicit sizes given: num_outputs only repeats their count
                 _split_sizes(model, node, int(value))
+            elif node.op_type == "Resize" and (a.name, value) in _RESIZE_DEFAULTS:
+                continue  # opset 18's defaults: the older Resize computes the same
             elif a.name == "allowzero" and node.op_type == "Reshape":
                 shape = g.constant(node.input[1])
                 if value == 0 or (shape is not None and 0 not in shape.tolist()):

@@ -11,7 +11,7 @@ from typing import Any
 
 import onnx
 
-from trtqat.atomic import publish, temp_path
+from trtqat.atomic import publish, temp_path, write_failed
 from trtqat.export import validate as val
 from trtqat.export.errors import ExportError, ValidationError
 from trtqat.export.lint import LintReport
@@ -61,9 +61,15 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
     lint to ``result``. Any failed check raises :class:`ValidationError` and keeps no file.
     """
     path = result.path
-    tmp = str(temp_path(path))
     try:
-        onnx.save(model, tmp)
+        tmp = str(temp_path(path))
+    except OSError as exc:
+        raise write_failed(path, exc) from None
+    try:
+        try:
+            onnx.save(model, tmp)
+        except OSError as exc:  # a full disk: one line, the temporary file goes
+            raise write_failed(path, exc) from None
         onnx.checker.check_model(tmp, full_check=True)
         result.checks.append(val.Check("onnx.checker", True, "full check and strict shape "
                                        f"inference (opset {result.opset})"))
@@ -77,13 +83,25 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
                 failed.append(f"lint ({result.lint.errors[0].line()})")
             raise ValidationError(f"{path.name} failed: {'; '.join(failed)}; no file kept",
                                   result)
-        publish(tmp, path)
+        try:
+            publish(tmp, path)
+        except OSError as exc:
+            raise write_failed(path, exc) from None
     except onnx.checker.ValidationError as exc:
         raise ExportError(f"{path.name} is not valid ONNX: "
                           f"{str(exc).splitlines()[0][:300]}") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
     return result
+
+def is_onnx_model(path: Path) -> bool:
+    """``path`` parses as an ONNX model with graph nodes (an earlier export to replace)."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # any parse failure: not an ONNX model
+        return False
+    return model.ir_version > 0 and len(model.graph.node) > 0
+
 
 def check_writable(folder: str | os.PathLike) -> Path:
     """Create ``folder`` if needed and prove a file can be written there."""

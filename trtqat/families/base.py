@@ -56,6 +56,9 @@ class ModelFamily(abc.ABC):
     task: ClassVar[str]            # "classification" (labels, top-1) | "embedding" (cosine)
     summary: ClassVar[str]         # one line for --help
     spec_keys: ClassVar[tuple[str, ...]] = ("arch",)  # what ckpt["model"] must hold
+    # a run's headline score: its entry in stage results and checkpoints, and its label
+    score_key: ClassVar[str] = "best_top1"
+    score_label: ClassVar[str] = "top-1 %"
 
     # ---- finding the family -------------------------------------------------------------
     @abc.abstractmethod

@@ -9,5 +9,6 @@ from __future__ import annotations
 FAMILIES: list[tuple[str, str]] = [  # (name, "module:Class"), imported on first use
     ("encoder", "trtqat.families.encoder:EncoderFamily"),
     ("vit", "trtqat.families.vit:ViTFamily"),
+    ("detect", "trtqat.families.detect:DetectFamily"),
     ("cnn", "trtqat.families.cnn:CNNFamily"),
 ]

@@ -80,6 +80,8 @@ class FamilyExport:
     io_dtype: str = "float32"
     metadata: dict[str, str] = field(default_factory=dict)  # every file's
     info: dict[str, Any] = field(default_factory=dict)      # added to export.json
+    # after each checked file: (path, ExportResult) -> lines to print (e.g. a companion file)
+    post: Callable[[Path, Any], list[str]] | None = None
 
 
 Feed = dict[str, np.ndarray] | np.ndarray  # by input name, or the one input's array

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -26,25 +27,33 @@ def fits(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
     return broadcasts(amax_shape, input_shape)
 
 
-def checked_amax(value, label: str) -> torch.Tensor:
+def checked_amax(value, label: str | Callable[[], str]) -> torch.Tensor:
     """``value`` as a float32 tensor; TypeError if not numeric, ValueError if it cannot be a
-    range (empty, NaN, infinite, negative or all zero)."""
+    range (empty, NaN, infinite, negative or all zero). ``label`` (or what it returns, asked
+    only for an error) names the quantizer in the message."""
+    try:
+        return _checked(value)
+    except (QuantTypeError, AmaxValueError) as exc:
+        raise type(exc)(f"{label() if callable(label) else label}: {exc}") from exc.__cause__
+
+
+def _checked(value) -> torch.Tensor:
     try:
         amax = (value.detach().float().clone() if isinstance(value, torch.Tensor)
                 else torch.tensor(value, dtype=torch.float32))
     except (TypeError, ValueError, RuntimeError) as err:
-        raise QuantTypeError(f"{label}: amax must be numeric, got {value!r}") from err
+        raise QuantTypeError(f"amax must be numeric, got {value!r}") from err
     if amax.numel() == 0:
-        raise AmaxValueError(f"{label}: amax is empty")
+        raise AmaxValueError("amax is empty")
     if not bool(torch.isfinite(amax).all()):
         raise AmaxValueError(
-            f"{label}: amax contains NaN or inf; the calibration data or the weights hold "
+            "amax contains NaN or inf; the calibration data or the weights hold "
             "non-finite values - check the inputs and recalibrate")
     if bool((amax < 0).any()):
-        raise AmaxValueError(f"{label}: amax is negative ({amax.min().item():g}); amax is a "
+        raise AmaxValueError(f"amax is negative ({amax.min().item():g}); amax is a "
                              "magnitude and must be > 0")
     if bool((amax == 0).all()):
         raise AmaxValueError(
-            f"{label}: amax is 0, so nothing can be represented; calibrate on data that "
+            "amax is 0, so nothing can be represented; calibrate on data that "
             "reaches this layer, or disable this quantizer")
     return amax

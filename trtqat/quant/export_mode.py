@@ -1,16 +1,32 @@
 """Export mode: quantizers emit torch's fake-quantize ops, which ONNX exporters turn into
-QuantizeLinear/DequantizeLinear with constant scales and zero-points."""
+QuantizeLinear/DequantizeLinear with constant scales and zero-points.
+
+Four ways in: :func:`enabled` (trtqat's own export, which refuses uncalibrated activation
+quantizers), and pytorch-quantization's idioms: ``quant_modules.enable_onnx_export()``,
+``TensorQuantizer.use_fb_fake_quant = True`` and any ``torch.onnx.export``. With those an
+uncalibrated quantizer warns and exports the range of the traced input, as
+pytorch-quantization does (programs export before calibrating to find graph rules). Under the TorchScript exporter (``dynamo=False``) scales and
+zero-points are traced as constants (a Python float per tensor), so opsets 10-12 export too.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from trtqat.errors import QuantizerStateError
 from trtqat.quant._fused import scale_of
+from trtqat.quant.descriptor import axis_tuple
+
+DYNAMIC_RANGE_WARNING = (
+    "trtqat: exporting a quantizer that has no amax (never calibrated): its scale is the range "
+    "of the example input, as in pytorch-quantization. Fine for finding graph rules; calibrate "
+    "before exporting a model to deploy (`trtqat export` refuses an uncalibrated one)")
 
 _state = threading.local()
 
@@ -20,14 +36,24 @@ def active() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
+def strict() -> bool:
+    """True inside ``enabled(strict=True)`` (trtqat's own export)."""
+    return getattr(_state, "strict", 0) > 0
+
+
 @contextlib.contextmanager
-def enabled() -> Iterator[None]:
-    """Within this block, TensorQuantizers use ONNX-exportable fake-quantize ops."""
+def enabled(strict: bool = True) -> Iterator[None]:
+    """Within this block, TensorQuantizers use ONNX-exportable fake-quantize ops.
+
+    ``strict`` (trtqat's export) refuses a quantizer without amax; otherwise (pytorch-
+    quantization's ``enable_onnx_export``) it warns and exports the example's range."""
     _state.depth = getattr(_state, "depth", 0) + 1
+    _state.strict = getattr(_state, "strict", 0) + int(strict)
     try:
         yield
     finally:
         _state.depth -= 1
+        _state.strict -= int(strict)
 
 
 # Integer ranges an ONNX QuantizeLinear can saturate to (int8 and uint8).
@@ -51,20 +77,48 @@ def onnx_bounds(qmin: int, qmax: int) -> tuple[int, int]:
     return qmin, qmax
 
 
+def quantize_for_export(quantizer: Any, x: torch.Tensor, amax: torch.Tensor, qmin: int,
+                        qmax: int) -> torch.Tensor:
+    """A TensorQuantizer's forward while exporting (``amax``: the range it quantizes with)."""
+    if quantizer._amax is None and "clip" not in quantizer._modules:
+        if strict():
+            raise QuantizerStateError(
+                f"{quantizer._label()}: has no amax (it was never calibrated), so it would "
+                "bake one batch's range into the ONNX file; calibrate or load amax first")
+        warnings.warn(DYNAMIC_RANGE_WARNING, UserWarning, stacklevel=2)
+    try:
+        return fake_quant_for_export(x, amax.detach(), qmin, qmax, axis_tuple(quantizer._axis))
+    except QuantizerStateError as exc:
+        raise quantizer._named(exc) from None
+
+
 def fake_quant_for_export(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
                           axis: tuple[int, ...] | None) -> torch.Tensor:
     """Fake-quantize with torch's ``fake_quantize_per_{tensor,channel}_affine`` ops."""
     scale = scale_of(amax, qmax)
     qmin, qmax = onnx_bounds(qmin, qmax)
+    if torch.jit.is_tracing():  # the TorchScript exporter: scales are constants of the trace
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            if scale.numel() == 1:  # a Python float, as pytorch-quantization passes
+                return torch.fake_quantize_per_tensor_affine(x, float(scale), 0, qmin, qmax)
+            scale, zero_point, ch_axis = _per_channel(x, scale, axis)
+            return torch.fake_quantize_per_channel_affine(x, scale.data, zero_point.data,
+                                                          ch_axis, qmin, qmax)
     if scale.numel() == 1:
         zero_point = torch.zeros((), dtype=torch.int32, device=x.device)
         return torch.fake_quantize_per_tensor_affine(x, scale.reshape(()), zero_point, qmin, qmax)
+    scale, zero_point, ch_axis = _per_channel(x, scale, axis)
+    return torch.fake_quantize_per_channel_affine(x, scale, zero_point, ch_axis, qmin, qmax)
+
+
+def _per_channel(x: torch.Tensor, scale: torch.Tensor, axis: tuple[int, ...] | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(scale, zero_point, channel axis)`` of a per-channel fake quantization."""
     if axis is None or len(axis) != 1:
         raise QuantizerStateError(
             f"per-channel amax over axes {axis} cannot be exported: ONNX QuantizeLinear takes "
             "one axis; quantize per tensor or along one axis"
         )
-    ch_axis = axis[0] % x.dim()
     scale = scale.reshape(-1)
-    zero_point = torch.zeros_like(scale, dtype=torch.int32)
-    return torch.fake_quantize_per_channel_affine(x, scale, zero_point, ch_axis, qmin, qmax)
+    return scale, torch.zeros_like(scale, dtype=torch.int32), axis[0] % x.dim()

@@ -27,6 +27,8 @@ _onnx_flags: list = []  # [(GLOBALS, _flags)] once looked up, [None] where torch
 def onnx_exporting() -> bool:
     """``torch.onnx.is_in_onnx_export()`` without its two imports per call (it costs more
     than a small fake-quant kernel, and every quantizer call asks)."""
+    if _is_compiling():  # dynamo traces the public function, not torch's internal flags
+        return torch.onnx.is_in_onnx_export()
     if not _onnx_flags:
         try:
             from torch.onnx._internal.exporter import _flags
@@ -36,7 +38,7 @@ def onnx_exporting() -> bool:
             ok = False
         _onnx_flags.append((GLOBALS, _flags) if ok else None)
     flags = _onnx_flags[0]
-    if flags is None or _is_compiling():  # dynamo knows the public function, not the flags
+    if flags is None:
         return torch.onnx.is_in_onnx_export()
     return bool(flags[0].in_onnx_export or flags[1]._is_onnx_exporting)
 

@@ -29,7 +29,10 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "fake_quant.cpp"
-_CFLAGS = ["-O3", "-fno-math-errno", "-g0"]
+# -fopenmp: at::parallel_for spreads the loops over torch's OpenMP threads only in code
+# compiled with it (torch's own libgomp is the one loaded, so torch.set_num_threads applies)
+_OMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
+_CFLAGS = ["-O3", "-fno-math-errno", "-g0", *_OMP]
 _INSTALL_FIX = ("pip install --no-build-isolation -e . (with a C++ compiler), or allow the "
                 "first-use compile (unset TRTQAT_JIT=0; needs g++ and ninja)")
 
@@ -106,7 +109,8 @@ def cached_cpu() -> tuple[ModuleType | None, str | None]:
         log.warning("trtqat: compiling the fused fake-quant CPU kernel once (about a minute) "
                     "into %s", folder)
         module = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=_CFLAGS,
-                                    build_directory=str(folder), verbose=False)
+                                    extra_ldflags=_OMP, build_directory=str(folder),
+                                    verbose=False)
         return module, None
     except Exception as exc:  # no compiler, no ninja, read-only home, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

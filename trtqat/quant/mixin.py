@@ -70,8 +70,52 @@ def _fake_only(*descs: QuantDescriptor) -> None:
                                "TensorQuantizer and tensor_quant")
 
 
+def _input_quantizer_of(module) -> TensorQuantizer:
+    return module._input_quantizer
+
+
+class QuantMixin:
+    """A module that quantizes its input and its weight (conv, linear, LSTM).
+
+    As in pytorch-quantization, it is unrelated to :class:`QuantInputMixin` (programs branch
+    on ``isinstance`` of one or the other); :data:`QUANT_LAYERS` names both.
+    """
+
+    default_quant_desc_input: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR
+    default_quant_desc_weight: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR
+
+    @classmethod
+    def set_default_quant_desc_input(cls, value: QuantDescriptor) -> None:
+        """Descriptor used for the input quantizer of modules built afterwards."""
+        cls.default_quant_desc_input = _check_desc(value)
+
+    @classmethod
+    def set_default_quant_desc_weight(cls, value: QuantDescriptor) -> None:
+        """Descriptor used for the weight quantizer of modules built afterwards."""
+        cls.default_quant_desc_weight = _check_desc(value)
+
+    def init_quantizer(self, quant_desc_input: QuantDescriptor,
+                       quant_desc_weight: QuantDescriptor, num_layers: int | None = None) -> None:
+        """Create the input and weight quantizers (lists of ``num_layers`` when given)."""
+        _fake_only(quant_desc_input, quant_desc_weight)
+        self._fake_quant = True
+        if num_layers is None:
+            self._input_quantizer = TensorQuantizer(quant_desc_input)
+            self._weight_quantizer = TensorQuantizer(quant_desc_weight)
+        else:
+            self._input_quantizers = nn.ModuleList(TensorQuantizer(quant_desc_input) for _ in range(num_layers))
+            self._weight_quantizers = nn.ModuleList(TensorQuantizer(quant_desc_weight) for _ in range(num_layers))
+
+    input_quantizer = property(_input_quantizer_of, doc="The input's TensorQuantizer.")
+
+    @property
+    def weight_quantizer(self) -> TensorQuantizer:
+        """The weight's TensorQuantizer."""
+        return self._weight_quantizer
+
+
 class QuantInputMixin:
-    """A module that quantizes its input only (pooling)."""
+    """A module that quantizes its input only (pooling, instance norm)."""
 
     default_quant_desc_input: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR
 
@@ -86,36 +130,11 @@ class QuantInputMixin:
         self._fake_quant = True
         self._input_quantizer = TensorQuantizer(quant_desc_input)
 
-    @property
-    def input_quantizer(self) -> TensorQuantizer:
-        return self._input_quantizer
+    input_quantizer = property(_input_quantizer_of, doc="The input's TensorQuantizer.")
 
 
-class QuantMixin(QuantInputMixin):
-    """A module that quantizes its input and its weight (conv, linear)."""
-
-    default_quant_desc_weight: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR
-
-    @classmethod
-    def set_default_quant_desc_weight(cls, value: QuantDescriptor) -> None:
-        """Descriptor used for the weight quantizer of modules built afterwards."""
-        cls.default_quant_desc_weight = _check_desc(value)
-
-    def init_quantizer(self, quant_desc_input: QuantDescriptor,  # type: ignore[override]
-                       quant_desc_weight: QuantDescriptor, num_layers: int | None = None) -> None:
-        """Create the input and weight quantizers (lists of ``num_layers`` when given)."""
-        _fake_only(quant_desc_input, quant_desc_weight)
-        self._fake_quant = True
-        if num_layers is None:
-            self._input_quantizer = TensorQuantizer(quant_desc_input)
-            self._weight_quantizer = TensorQuantizer(quant_desc_weight)
-        else:
-            self._input_quantizers = nn.ModuleList(TensorQuantizer(quant_desc_input) for _ in range(num_layers))
-            self._weight_quantizers = nn.ModuleList(TensorQuantizer(quant_desc_weight) for _ in range(num_layers))
-
-    @property
-    def weight_quantizer(self) -> TensorQuantizer:
-        return self._weight_quantizer
+# Every quantized layer: ``isinstance(m, QUANT_LAYERS)``.
+QUANT_LAYERS = (QuantMixin, QuantInputMixin)
 
 
 def copy_float_state(dst: nn.Module, src: nn.Module) -> None:

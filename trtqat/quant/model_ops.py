@@ -17,6 +17,7 @@ from trtqat.quant.calib.registry import get_method, methods
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
+from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=nn.Module)
@@ -190,7 +191,7 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
                 total = len(data_loader)  # type: ignore[arg-type]
             except TypeError:
                 total = None
-        for batch in tqdm(data_loader, total=total, desc="calibrate", disable=not progress, leave=False):
+        for batch in tqdm(data_loader, total=total, desc="calibrate", disable=not progress_bars(progress), leave=False):
             x = _batch_input(batch)
             if device is not None:
                 x = {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)

@@ -27,9 +27,13 @@ class _Entry(NamedTuple):
     replace_mod: type
 
 
-# torch.nn.Conv2d -> QuantConv2d, ...: the layers quantize() replaces too
+# torch.nn.Conv2d -> QuantConv2d, ...: the layers quantize() replaces too. One list, also
+# under pytorch-quantization's names (programs read and extend ``_DEFAULT_QUANT_MAP`` with
+# ``_quant_entry(module, "Name", QuantClass)``; initialize() applies what it holds then).
 DEFAULT_QUANT_MAP: list[_Entry] = [_Entry(nn, float_cls.__name__, quant_cls)
                                    for float_cls, quant_cls in qm.FLOAT_TO_QUANT.items()]
+_DEFAULT_QUANT_MAP = DEFAULT_QUANT_MAP
+_quant_entry = _Entry
 
 _lock = threading.Lock()
 
@@ -133,5 +137,5 @@ def enable_onnx_export() -> Iterator[None]:
     """Within this block quantizers emit ONNX-exportable fake-quantize ops (Q/DQ)."""
     from trtqat.quant import export_mode
 
-    with export_mode.enabled():
+    with export_mode.enabled(strict=False):  # pytorch-quantization's: uncalibrated warns
         yield

@@ -8,7 +8,13 @@ import logging
 import torch
 from torch import nn
 
-from trtqat.errors import CalibrationError, QuantConfigError, QuantizerStateError, QuantTypeError
+from trtqat.errors import (
+    CalibrationError,
+    QuantConfigError,
+    QuantizerStateError,
+    QuantTypeError,
+    TrtqatError,
+)
 from trtqat.quant import export_mode, pq_ops
 from trtqat.quant.amax import checked_amax, fits
 from trtqat.quant.calib.base import reduce_dims
@@ -16,6 +22,7 @@ from trtqat.quant.clip import Clip
 from trtqat.quant.describe import describe
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting, quant_bounds
+from trtqat.quant.module_names import quantizer_label
 
 log = logging.getLogger(__name__)
 
@@ -115,15 +122,10 @@ class TensorQuantizer(nn.Module):
     learn_amax = property(lambda self: self._learn_amax, doc="The range is trained.")
     disabled = property(lambda self: self._disabled, doc="Bypassed entirely.")
 
-    @property
-    def scale(self):
-        """Scale of the last real (``fake_quant=False``) quantization; 1.0 in fake mode."""
-        return self._scale
-
-    @property
-    def maxbound(self) -> int:
-        """Largest integer of the range (127 for signed 8-bit)."""
-        return self._bounds()[1]
+    scale = property(lambda self: self._scale, doc="Scale of the last real "
+                     "(``fake_quant=False``) quantization; 1.0 in fake mode.")
+    maxbound = property(lambda self: self._bounds()[1],
+                        doc="Largest integer of the range (127 for signed 8-bit).")
 
     @property
     def minbound(self) -> int:
@@ -222,7 +224,10 @@ class TensorQuantizer(nn.Module):
         """
         if self._calibrator is None:
             raise QuantizerStateError(f"{self._label()}: has no calibrator")
-        amax = self._calibrator.compute_amax(*args, **kwargs)
+        try:
+            amax = self._calibrator.compute_amax(*args, **kwargs)
+        except TrtqatError as exc:
+            raise self._named(exc) from None
         if amax is None and not strict:
             log.warning("%s: calibrator collected no data; amax left unset (strict=False)",
                         self._label())
@@ -271,7 +276,7 @@ class TensorQuantizer(nn.Module):
             qmin, qmax = _int_bounds(self._num_bits, self._unsigned, self._narrow_range)
             if qmax >= 1 and (amax.numel() == 1 or fits(amax.shape, inputs.shape)):
                 if self._unsigned and bool(inputs.min() < 0):
-                    pq_ops._check(inputs, amax, True)  # raises TypeError, as pytorch-quantization
+                    self._refuse_negative(inputs, amax)
                 return _FakeQuant.apply(inputs, amax.detach() if amax.requires_grad else amax,
                                         qmin, qmax)
         return self._forward_stages(inputs)
@@ -280,7 +285,10 @@ class TensorQuantizer(nn.Module):
         if self._pre_quant_scale is not None:
             inputs = inputs * self._pre_quant_scale.to(inputs.device)
         if self._if_calib:
-            self._calibrator.collect(inputs)
+            try:
+                self._calibrator.collect(inputs)
+            except TrtqatError as exc:  # the calibrator does not know whose data it got
+                raise self._named(exc) from None
         outputs = inputs
         if self._if_clip:
             outputs = self.clip(inputs)
@@ -308,16 +316,11 @@ class TensorQuantizer(nn.Module):
         if qmax < 1:  # num_bits 0 (or 1 signed): nothing but zero is representable
             return inputs * 0
         if exporting:
-            if self._amax is None and not hasattr(self, "clip"):
-                raise QuantizerStateError(
-                    f"{self._label()}: has no amax (it was never calibrated), so it would bake "
-                    "one batch's range into the ONNX file; calibrate or load amax first")
-            return export_mode.fake_quant_for_export(inputs, amax.detach(), qmin, qmax,
-                                                     axis_tuple(self._axis))
+            return export_mode.quantize_for_export(self, inputs, amax, qmin, qmax)
         if "_amax" in self._parameters:  # a learned amax (init_learn_amax)
             return _FakeQuantLearnable.apply(inputs, amax.abs().clamp_min(1e-8), qmin, qmax)
         if self._unsigned and bool(inputs.min() < 0):
-            pq_ops._check(inputs, amax, True)  # raises TypeError, as pytorch-quantization
+            self._refuse_negative(inputs, amax)
         return _FakeQuant.apply(inputs, amax.detach(), qmin, qmax)
 
     def _get_amax(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -346,7 +349,17 @@ class TensorQuantizer(nn.Module):
         return _int_bounds(self._num_bits, self._unsigned, self._narrow_range)
 
     def _label(self) -> str:
-        return f"quantizer '{self._name}'" if self._name else "TensorQuantizer"
+        return quantizer_label(self)
+
+    def _named(self, exc: TrtqatError) -> TrtqatError:
+        """``exc`` again, its message prefixed with this quantizer's name."""
+        return type(exc)(f"{self._label()}: {exc}")
+
+    def _refuse_negative(self, inputs: torch.Tensor, amax: torch.Tensor) -> None:
+        try:  # raises TypeError, as pytorch-quantization
+            pq_ops._check(inputs, amax, True)
+        except TrtqatError as exc:
+            raise self._named(exc) from None
 
     def _store_amax(self, value: torch.Tensor) -> None:
         if isinstance(self._amax, nn.Parameter):
@@ -361,7 +374,7 @@ class TensorQuantizer(nn.Module):
             self._amax = value.to(self._amax.device)
 
     def _checked_amax(self, value) -> torch.Tensor:
-        return checked_amax(value, self._label())
+        return checked_amax(value, self._label)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from trtqat.atomic import publish, temp_path
+from trtqat.atomic import publish, temp_path, write_failed
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 
@@ -51,15 +50,30 @@ def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     check_finite_arrays((payload.get("state_dict") or {}).items(), f"the model to save in {path}",
                         "no checkpoint written; lower --lr and start again")
     payload = {"format": FORMAT, **payload}
-    tmp = temp_path(path)
+    try:
+        tmp = temp_path(path)
+    except OSError as exc:
+        raise write_failed(path, exc) from None
     try:
         with open(tmp, "wb") as f:
             torch.save(payload, f)
         publish(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        cause = _os_error(exc)  # torch's zip writer may wrap the OSError in a RuntimeError
+        if cause is not None:
+            raise write_failed(path, cause, "no checkpoint written") from None
         raise
     return path
+
+
+def _os_error(exc: BaseException | None) -> OSError | None:
+    """The OSError ``exc`` is or was raised from (its cause or context chain), if any."""
+    for _ in range(8):
+        if exc is None or isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
@@ -68,14 +82,20 @@ def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     A later atomic replace of ``src`` leaves ``dst`` untouched: it keeps the old content.
     """
     src, dst = Path(src), Path(dst)
-    tmp = temp_path(dst)
-    tmp.unlink()
+    try:
+        tmp = temp_path(dst)
+        tmp.unlink()
+    except OSError as exc:
+        raise write_failed(dst, exc) from None
     try:
         try:
             os.link(src, tmp)
         except OSError:
             shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(dst, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

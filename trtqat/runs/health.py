@@ -12,10 +12,9 @@ from pathlib import Path
 
 from torch import nn
 
+from trtqat.errors import TrtqatError
 from trtqat.finite import describe, first_non_finite, model_tensors
 from trtqat.runs import distributed as D
-from trtqat.errors import TrtqatError
-
 
 
 class NonFiniteLossError(TrtqatError, FloatingPointError):

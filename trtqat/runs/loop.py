@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from trtqat.errors import TrtqatError
+from trtqat.runopts import progress_bars
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import copy_checkpoint, save_checkpoint
@@ -80,7 +80,7 @@ def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
     sums = torch.zeros(4, dtype=torch.float64)  # loss*n, top1, top5, n
     start = time.perf_counter()
     bar = tqdm(loader, total=_steps(loader, limit), desc=desc, leave=False,
-               disable=not (progress and ctx.is_main), dynamic_ncols=True)
+               disable=not progress_bars(progress and ctx.is_main), dynamic_ncols=True)
     for step, (x, y) in enumerate(bar):
         if limit is not None and step >= limit:
             break
@@ -119,7 +119,7 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: D.DistContext | None = Non
     start = time.perf_counter()
     try:
         bar = tqdm(loader, total=_steps(loader, limit), desc=desc, leave=False,
-                   disable=not (progress and ctx.is_main), dynamic_ncols=True)
+                   disable=not progress_bars(progress and ctx.is_main), dynamic_ncols=True)
         for step, (x, y) in enumerate(bar):
             if limit is not None and step >= limit:
                 break

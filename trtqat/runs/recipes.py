@@ -68,11 +68,33 @@ def fill_defaults(cfg: Any, defaults: dict[str, Any]) -> None:
 
 
 def check_data(cfg: Any) -> None:
-    """``--image-size`` parsed (N or HxW, each > 0): the data check of the image configs."""
+    """``--image-size`` parsed (N or HxW, each > 0; a batch of it fits in memory), and no
+    preprocessing option that ``--data`` would ignore: the data check of the image configs."""
     if getattr(cfg, "image_size", None) is not None:
-        from trtqat.sizes import parse_size
+        from trtqat.sizes import check_image_memory, parse_size
 
         cfg.image_size = parse_size(cfg.image_size)
+        check_image_memory(cfg.image_size, getattr(cfg, "channels", None) or 3,
+                           getattr(cfg, "batch_size", None) or 1, "one batch")
+    check_preprocess_applies(cfg, getattr(cfg, "data", None))
+
+
+def check_preprocess_applies(cfg: Any, data: str | None) -> None:
+    """Refuse ``--mean``/``--std``/``--resize`` where ``data`` ignores them: digits and
+    synthetic images come normalised their own way, arrays are already preprocessed."""
+    given = [flag(n) for n in ("mean", "std", "resize") if getattr(cfg, n, None) is not None]
+    if not given or data is None:
+        return
+    from trtqat.arrays import is_array_spec
+
+    kind = str(data) if data in ("digits", "synthetic") else (
+        "array" if is_array_spec(str(data)) else "folder")
+    why = {"digits": "digits images are normalised with their own statistics",
+           "synthetic": "synthetic images are made normalised",
+           "array": "an array file holds images already preprocessed"}.get(kind)
+    if why:
+        raise ConfigError(f"{'/'.join(given)} would be ignored with --data {data}: {why}; "
+                          "drop it (it applies to image folders)")
 
 
 def check_schedule(cfg: Any) -> None:

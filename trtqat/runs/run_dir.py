@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from trtqat.atomic import write_atomic
+from trtqat.atomic import remove_stale_temps, write_atomic, write_failed
 from trtqat.errors import TrtqatError
 
 log = logging.getLogger(__name__)
@@ -79,32 +81,61 @@ class RunDir:
         if not self.enabled or not self.file(METRICS).is_file():
             return
         kept = []
-        for line in self.file(METRICS).read_text().splitlines():
+        path = self.file(METRICS)
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash
-            if rec.get("stage") == stage and int(rec.get("epoch", 0)) > epoch:
-                continue
-            kept.append(line)
+            try:
+                later = rec.get("stage") == stage and int(rec.get("epoch", 0)) > epoch
+            except (AttributeError, TypeError, ValueError):
+                raise RunDirError(f"--resume: {path} line {number} is not a metrics record "
+                                  "(a JSON object with an integer 'epoch'): "
+                                  f"{line.strip()[:60]!r}; remove that line (or the file) "
+                                  "to resume") from None
+            if not later:
+                kept.append(line)
         _atomic_write_text(self.file(METRICS), "".join(k + "\n" for k in kept))
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl`` (and scalars to TensorBoard)."""
         if not self.enabled:
             return
-        with open(self.file(METRICS), "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            line = json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                               for k, v in record.items()})  # NaN is not JSON: null
+            with open(self.file(METRICS), "a") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise write_failed(self.file(METRICS), exc, "the metrics line was not logged") from None
         if self._tb is not None:
             step = int(record.get("epoch", 0))
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "epoch":
                     self._tb.add_scalar(f"{record.get('stage', 'run')}/{key}", value, step)
             self._tb.flush()
+
+    def discard(self) -> None:
+        """Remove what :meth:`start` and the stage wrote (args, metrics, checkpoints,
+        TensorBoard), and the folder if that leaves it empty: a stage that fails to write
+        its checkpoint leaves no run behind."""
+        if not self.enabled:
+            return
+        self.close()
+        for name in (ARGS, METRICS, *CHECKPOINTS):
+            self.file(name).unlink(missing_ok=True)
+        if (self.path / "tb").is_dir():
+            shutil.rmtree(self.path / "tb", ignore_errors=True)
+        remove_stale_temps(self.path, all_dead=True)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass  # other files of the user's: the folder stays
 
     def close(self) -> None:
         """Flush and close TensorBoard."""

@@ -42,7 +42,7 @@ class DemoConfig:
 
     model: str | Sequence[str] | None = None  # one name, "a,b" or a list; None: DEMO_MODELS
     data: str = "digits"
-    image_size: int | tuple[int, int] = 32
+    image_size: int | tuple[int, int] | None = None  # None: the family's (32; detectors 96)
     epochs: int | None = None  # None: the family's FP32 recipe (15 for CNNs, 30 for ViTs)
     calib_batches: int = 8
     qat_epochs: int | None = None
@@ -67,7 +67,7 @@ class DemoConfig:
             raise TrtqatError("--model names no model: give one, e.g. --model resnet18, or "
                               "several separated by commas")
         if ((self.epochs is not None and self.epochs < 1) or self.calib_batches < 1
-                or min(hw(self.image_size)) < 8):
+                or (self.image_size is not None and min(hw(self.image_size)) < 8)):
             raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
 
 
@@ -102,10 +102,11 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport
 
     plan = [(model, families.of_model(model)) for model in cfg.models]
     for model, family in plan:  # every model checked before the first one trains
-        if family.task != "classification":
+        if family.task not in ("classification", "detection"):
             raise TrtqatError(f"--model {model} is one of the "
                               f"{family.summary.split(':')[0]}: the demo trains image "
-                              "classifiers (e.g. --model resnet18)")
+                              "classifiers and detectors (e.g. --model resnet18, --model "
+                              "yolo_digits)")
     folders = [model_folder(family, model) for model, family in plan]
     if len(set(folders)) < len(folders):
         raise TrtqatError(f"--model {','.join(cfg.models)} names one model twice")
@@ -143,7 +144,7 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
     train_cfg = TrainConfig(model=model, data=cfg.data, image_size=cfg.image_size,
                             epochs=cfg.epochs, out=str(fp32), **common)
 
-    echo(f"[1/4] FP32 training: {model} on {cfg.data} at {size_text(cfg.image_size)}, "
+    echo(f"[1/4] FP32 training: {model} on {cfg.data} at {size_text(train_cfg.image_size)}, "
          f"{train_cfg.epochs} epochs -> {fp32}")
     if not cfg.fresh and _fp32_complete(fp32, train_cfg.epochs):
         echo("      reusing the finished run (--fresh to redo)")
@@ -152,7 +153,7 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
         train_cfg.resume, train_cfg.overwrite = resume, not resume
         family.run_train(train_cfg)
     source = load_checkpoint(fp32 / "best.pt")
-    top1 = {"fp32": float(source.get("best_top1", -1))}
+    top1 = {"fp32": float(source.get(family.score_key, -1))}
 
     echo(f"[2/4] PTQ: {len(CALIBRATORS)} calibrators on {cfg.calib_batches} batches each")
     ptq_results: dict[Path, float] = {}
@@ -160,15 +161,15 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
         out = _stage_dir(root, method, pct)
         label = f"{method} {pct:g}" if pct is not None else method
         if not cfg.fresh and _done(out):
-            ptq_results[out] = float(load_checkpoint(out / "best.pt").get("best_top1", -1))
-            echo(f"      {label}: reusing {out} (top-1 {ptq_results[out]:.2f}%)")
+            ptq_results[out] = float(load_checkpoint(out / "best.pt").get(family.score_key, -1))
+            echo(f"      {label}: reusing {out} ({family.score_label} {ptq_results[out]:.2f})")
         else:
             res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
                 checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
                 percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True,
                 **common), source))
             ptq_results[out] = -1.0 if res.best is None else res.best
-            echo(f"      {label}: top-1 {ptq_results[out]:.2f}%")
+            echo(f"      {label}: {family.score_label} {ptq_results[out]:.2f}")
         top1[out.name] = ptq_results[out]
 
     best_ptq = max(ptq_results, key=ptq_results.get)
@@ -180,7 +181,7 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
         family.run_qat(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
                                  epochs=cfg.qat_epochs, overwrite=True, **common),
                        load_checkpoint(best_ptq / "best.pt"))
-    top1["qat-int8"] = float(load_checkpoint(qat / "best.pt").get("best_top1", -1))
+    top1["qat-int8"] = float(load_checkpoint(qat / "best.pt").get(family.score_key, -1))
 
     out_dir = Path(cfg.out) / folder
     echo(f"[4/4] export every variant to {cfg.export_dir}/, build {cfg.backend} engines, "

@@ -41,6 +41,9 @@ class ExportOptions:
     max_length: int | None = None       # encoders: tokens of the traced example
     data: str | None = None             # validation data (default: the checkpoint's)
     validate: bool = True
+    input_names: tuple[str, ...] = ()   # ONNX names (default: the family's or the model's)
+    output_names: tuple[str, ...] = ()
+    nms: bool = False                   # detectors: also write a file with box decoding + NMS
 
 
 @dataclass
@@ -85,17 +88,22 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
             f"{options.checkpoint} is a {stage} checkpoint without quantizer state, so it has "
             "no INT8 form: run `trtqat calibrate` (PTQ) or `trtqat qat` first, or export "
             "--variant fp32/fp16")
-    out = check_writable(options.out)
     model = family.load(ckpt)
     if int8:
         refuse_uncalibrated(model)  # before any file is written
     job = family.export_plan(model, ckpt, options)
+    if options.nms and job.post is None:
+        raise ExportError(f"--nms adds box decoding and NMS to detectors; {options.checkpoint} "
+                          f"holds a {family.name} model: drop --nms")
     exporter = Exporter(model, family.stamp_plan(job.plan))
     tag = stage_tag(ckpt)
+    out = Path(options.out)
+    paths = {v: out / artifact_name(job.arch, tag, v, job.batch) for v in variants}
+    refuse_foreign_exports(out, paths.values(), options.checkpoint)
+    check_writable(out)  # the folder appears only now that everything is checked
     run = ExportRun(out, family.checkpoint_tag or family.name)
     failed, summary = [], []
-    for variant in variants:
-        path = out / artifact_name(job.arch, tag, variant, job.batch)
+    for variant, path in paths.items():
         result, ok = _export_one(exporter, path, variant, options, job)
         if ok:
             run.results.append(result)
@@ -105,6 +113,9 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
         for line in result.lines():
             echo(f"  {line}")
         echo(f"  -> {path if ok else 'not written'}")
+        if ok and job.post is not None:
+            for line in job.post(path, result):
+                echo(line)
         summary.append(result.to_dict() | {"written": ok})
     run.summary_file = _write_summary(out, options, {"family": run.family, **job.info},
                                       summary)
@@ -112,6 +123,22 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
         raise ExportError(f"{len(failed)} of {len(variants)} variant(s) failed their checks "
                           f"and were not written: {', '.join(failed)}")
     return run
+
+
+def refuse_foreign_exports(out: Path, paths: Any, checkpoint: str) -> None:
+    """Before anything is written: every name (read from the checkpoint) stays in ``out``,
+    and the files to replace are earlier exports (ONNX models, an export summary)."""
+    from trtqat.atomic import json_with_keys, refuse_foreign
+    from trtqat.export import ExportError
+    from trtqat.export.result import is_onnx_model
+
+    for path in paths:
+        if path.parent != out or path.name in ("", ".", ".."):
+            raise ExportError(f"{checkpoint} names an output outside --out ({path}); nothing "
+                              "exported")
+        refuse_foreign(path, is_onnx_model, "an ONNX model (an earlier export)", "--out")
+    refuse_foreign(out / "export.json", json_with_keys("checkpoint", "variant", "results"),
+                   "an earlier export summary (export.json)", "--out")
 
 
 def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job: FamilyExport):

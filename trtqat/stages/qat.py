@@ -33,6 +33,7 @@ class QATConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
     skip_layers: tuple[str, ...] = ()
     max_steps: int | None = None
     max_length: int | None = None
+    distill: float | None = None  # detectors: weight of the distillation loss from FP32
 
     def __post_init__(self) -> None:
         if not str(self.checkpoint):
@@ -41,6 +42,7 @@ class QATConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
         R.check_data(self)
         R.check_schedule(self)
         R.check_positive(self, "max_steps", "max_length", allow_none=True)
+        R.check_positive(self, "distill", allow_none=True, zero=True)
 
 
 def qat_finetune(cfg: QATConfig) -> StageResult:

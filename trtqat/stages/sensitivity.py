@@ -23,7 +23,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from trtqat.stages.sensitivity_report import load_for_sensitivity, suggest, write_outputs
+from trtqat.stages.sensitivity_report import (
+    load_for_sensitivity,
+    refuse_foreign_outputs,
+    suggest,
+    write_outputs,
+)
 from trtqat.stages.sensitivity_sweep import (
     METRICS,
     MODES,
@@ -47,6 +52,8 @@ def default_out(checkpoint: str | Path) -> Path:
 
 def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
     """Run the sweep, write ``sensitivity.json`` and ``sensitivity.png``; see module doc."""
+    out = Path(cfg.out) if cfg.out else default_out(cfg.checkpoint)
+    refuse_foreign_outputs(out)  # before the sweep, not after it
     model, units, batches, info, family = load_for_sensitivity(cfg)
     t0 = time.perf_counter()
     runner = make_runner(model, units, cfg.cache)
@@ -59,5 +66,5 @@ def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
         images=sum(int(y.shape[0]) for _, y in batches))
     if cfg.suggest:
         result.suggestion = suggest(runner, units, batches, rows, cfg, info, family)
-    write_outputs(result, Path(cfg.out) if cfg.out else default_out(cfg.checkpoint))
+    write_outputs(result, out)
     return result

@@ -38,9 +38,12 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     checkpoint. The checkpoint's family loads the model, its data and scores it."""
     from trtqat import families
     from trtqat.families.base import UnsupportedStageError
+    from trtqat.finite import check_finite_arrays
     from trtqat.runs.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(cfg.checkpoint)
+    check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {cfg.checkpoint}",
+                        "nothing analysed; calibrate a finite checkpoint")
     family = families.of_checkpoint(ckpt)
     spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
     if not spec.get("quantized"):
@@ -132,6 +135,15 @@ def plot(result: SensitivityResult, path: Path) -> None:
     fig.tight_layout()
     write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
     plt.close(fig)
+
+
+def refuse_foreign_outputs(out: Path) -> None:
+    """Refuse an ``out`` whose sensitivity.json/png are not earlier sensitivity outputs."""
+    from trtqat.atomic import PNG, json_with_keys, refuse_foreign
+
+    refuse_foreign(out / "sensitivity.json", json_with_keys("config", "baselines", "rows"),
+                   "an earlier sensitivity report", "--out")
+    refuse_foreign(out / "sensitivity.png", PNG, "an earlier sensitivity chart", "--out")
 
 
 def write_outputs(result: SensitivityResult, out: Path) -> None:

@@ -16,9 +16,10 @@ from torch import fx, nn
 from tqdm.auto import tqdm
 
 from trtqat.families.types import SensitivityError
-from trtqat.quant.mixin import QuantInputMixin, QuantMixin
+from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
+from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def layer_units(model: nn.Module) -> dict[str, list[TensorQuantizer]]:
         if q.disabled:
             continue
         parent = name.rsplit(".", 1)[0] if "." in name else ""
-        owner = parent if parent and isinstance(modules.get(parent), QuantInputMixin) else name
+        owner = parent if parent and isinstance(modules.get(parent), QUANT_LAYERS) else name
         units.setdefault(owner, []).append(q)
     return units
 
@@ -132,7 +133,7 @@ class PlainRunner:
 
 class _LayerTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return isinstance(m, (QuantInputMixin, TensorQuantizer)) or super().is_leaf_module(
+        return isinstance(m, (*QUANT_LAYERS, TensorQuantizer)) or super().is_leaf_module(
             m, qualname)
 
 
@@ -156,9 +157,10 @@ class CachedRunner:
             q.disable()
         with torch.no_grad():
             for m in qmodel.modules():
-                if isinstance(m, QuantMixin) and not m._weight_quantizer.disabled:
-                    m.weight.data = m._weight_quantizer(m.weight.detach())
-                    m._weight_quantizer.disable()
+                wq = getattr(m, "_weight_quantizer", None)
+                if isinstance(wq, TensorQuantizer) and not wq.disabled:
+                    m.weight.data = wq(m.weight.detach())
+                    wq.disable()
         for mod in (*fmodel.modules(), *qmodel.modules()):
             if getattr(mod, "inplace", False) is True:
                 mod.inplace = False  # cached tensors must never be overwritten
@@ -316,7 +318,7 @@ def run_sweep(runner, units: dict[str, list[TensorQuantizer]], mode: str,
     fp32, quant = evaluate_configs(runner, batches, refs, [nothing, everything], family)
     sums = {layer: _Sums(family) for layer in layers}
     bar = tqdm(total=len(layers) * len(batches), desc=f"sensitivity {mode}", leave=False,
-               disable=not progress, dynamic_ncols=True)
+               disable=not progress_bars(progress), dynamic_ncols=True)
     try:
         with torch.inference_mode():
             for (x, y), ref in zip(batches, refs):

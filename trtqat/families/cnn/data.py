@@ -28,6 +28,7 @@ from trtqat.families.cnn.data_sources import (  # noqa: F401  (IMAGENET_*, DataE
     _readable_images,
     _report_unreadable,
     array_dataset,
+    check_image_memory,
     data_kind,
     hw,
     list_images,
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 BUILTIN = ("digits", "synthetic")
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0  # the digits split is fixed, whatever --seed says
+DIGITS_IMAGES = 1797  # scikit-learn's digits, all held in memory at the chosen size
 SYNTHETIC_SIZES = (1024, 256)  # train, val
 
 
@@ -206,6 +208,7 @@ def make_datasets(data: str = "digits", image_size: int | tuple[int, int] = 32, 
     if min(hw(image_size)) < 8:
         raise DataError(f"--image-size must be >= 8, got {image_size}")
     if data == "digits":
+        check_image_memory(image_size, prep.channels, DIGITS_IMAGES, "the digits images")
         return _digits(hw(image_size), prep.channels, augment)
     if data == "synthetic":
         return _synthetic(hw(image_size), prep.channels, num_classes or 10, seed)

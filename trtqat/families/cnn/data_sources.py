@@ -21,7 +21,13 @@ from torch.utils.data import Dataset
 
 from trtqat.arrays import is_array_spec, load_array
 from trtqat.errors import TrtqatError
-from trtqat.sizes import DataSourceError, hw, parse_size, size_text  # noqa: F401 (re-exported)
+from trtqat.sizes import (  # noqa: F401 (re-exported)
+    DataSourceError,
+    check_image_memory,
+    hw,
+    parse_size,
+    size_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +81,18 @@ class Preprocess:
             if len(values) not in (1, self.channels):
                 raise DataSourceError(f"--{name} has {len(values)} values for "
                                       f"{self.channels} channel(s): give 1 or {self.channels}")
+        for name in ("mean", "std"):
+            if not all(math.isfinite(v) for v in getattr(self, name)):
+                raise DataSourceError(f"--{name} values must be finite numbers, got "
+                                      f"{list(getattr(self, name))}")
         if any(s <= 0 for s in self.std):
             raise DataSourceError(f"--std values must be > 0, got {list(self.std)}")
         if min(self.size) < 1:
             raise DataSourceError(f"--image-size must be >= 1, got {size_text(self.size)}")
+        check_image_memory(self.size, self.channels)
+        if self.resize is not None:
+            check_image_memory(self.resize, self.channels, what="one resized image",
+                               flag="--resize")
 
     @property
     def image_size(self) -> int | tuple[int, int]:

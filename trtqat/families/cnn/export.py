@@ -38,7 +38,8 @@ def image_export(family, model: nn.Module, ckpt: dict[str, Any], options: Export
     val = None if not options.validate else _validation_loader(ckpt, options, prep)
     plan = image_plan(inputs.example, validation_data=val, dynamic_axes=axes,
                       fold_bn=options.fold_bn)
-    plan.input_names, plan.output_names = inputs.input_names, inputs.output_names
+    plan.input_names = list(options.input_names) or inputs.input_names
+    plan.output_names = list(options.output_names) or inputs.output_names
     plan.checks = family.export_check
     shape = (f"dynamic {', '.join(axes)}" if axes else "static") + (
         f", batch {batch}" if batch else "")

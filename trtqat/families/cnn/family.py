@@ -150,6 +150,12 @@ class CNNFamily(ModelFamily):
         """QAT (``trtqat.stages.qat``) of the calibrated checkpoint, with cross-entropy."""
         from trtqat.families.cnn.qat import finetune_classifier
 
+        if getattr(cfg, "distill", None):
+            from trtqat.runopts import ConfigError
+
+            raise ConfigError("--distill is for detectors; image classifiers fine-tune with "
+                              "cross-entropy: drop --distill")
+
         return finetune_classifier(cfg, self, source)
 
     def describe(self, stage: str, result: StageResult) -> str:

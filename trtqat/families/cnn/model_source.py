@@ -312,15 +312,35 @@ def describe(source: str) -> dict[str, Any]:
 
 
 def source_of(spec: dict[str, Any]) -> str:
-    """The model source a checkpoint's ``model`` spec records (its arch for older ones);
-    warns when a model file changed since."""
+    """The model source a checkpoint's ``model`` spec records (its arch for older ones).
+
+    A source that is a model file (``FILE.py:factory``) is imported only if it is the file
+    the checkpoint recorded, unchanged (same SHA-256): a checkpoint never runs code the user
+    did not choose. Otherwise :class:`ModelSourceError`, unless ``--trust-model-file``
+    (:func:`trtqat.runopts.trusting_model_files`)."""
     rec = spec.get("source") or {}
     # a torchvision arch is its own source; timm and file sources have a short arch
     source = rec.get("model") if rec.get("kind") in ("file", "timm") else spec["arch"]
-    if rec.get("file") and Path(rec["file"]).is_file() and rec.get("file_sha256"):
-        if sha256(rec["file"]) != rec["file_sha256"]:
-            log.warning("model file %s changed since the checkpoint was written", rec["file"])
-    return source
+    match = FILE_SOURCE.match(str(source))
+    if match is not None:
+        _check_model_file(Path(match["file"]), rec)
+    return str(source)
+
+
+def _check_model_file(path: Path, rec: dict[str, Any]) -> None:
+    from trtqat.runopts import model_files_trusted
+
+    if model_files_trusted() or not path.is_file():  # a missing file is refused when built
+        return
+    recorded = rec.get("file_sha256")
+    same_file = bool(rec.get("file")) and Path(str(rec["file"])).resolve() == path.resolve()
+    if same_file and isinstance(recorded, str) and sha256(path) == recorded:
+        return
+    why = ("changed since the checkpoint was written (its SHA-256 differs)" if same_file
+           and recorded else "is not recorded with its SHA-256 in the checkpoint")
+    raise ModelSourceError(f"the checkpoint builds its model by importing {path}, which {why}: "
+                           "importing it would run code you have not checked; restore the "
+                           "file, or review it and pass --trust-model-file")
 
 
 def output_classes(model: nn.Module, channels: int, size: tuple[int, int]) -> int:
@@ -339,5 +359,6 @@ def output_classes(model: nn.Module, channels: int, size: tuple[int, int]) -> in
     out = out[0] if isinstance(out, (tuple, list)) else out
     if not isinstance(out, torch.Tensor) or out.ndim != 2:
         raise ModelSourceError("the model must return logits of shape (batch, classes), got "
-                               f"{getattr(out, 'shape', type(out).__name__)}")
+                               f"{getattr(out, 'shape', type(out).__name__)}; for a detector "
+                               "(boxes and class scores) pass --model detect:FILE.py:FACTORY")
     return int(out.shape[1])

@@ -53,6 +53,7 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
             spec, train_args = dict(src["model"]), dict(src.get("args") or {})
         method = cfg.method or family.recipe("calibrate", cfg, src)["method"]
         data = cfg.data or train_args.get("data", "digits")
+        R.check_preprocess_applies(cfg, data)
         prep = preprocess_of(cfg, spec.get("preprocess"),
                              spec.get("image_size") or train_args.get("image_size", 32))
         batch_size = cfg.batch_size or train_args.get("batch_size", 64)
@@ -107,10 +108,14 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
                          calib=calib, train_args=train_args)
         if ctx.is_main:  # everything is computed: only now does the run folder appear
             st.run = RunDir(st.out)
-            st.run.start(args, resume=False)
-            st.run.log_metrics(record)
-            save_checkpoint(st.run.file("last.pt"), ckpt)
-            copy_checkpoint(st.run.file("last.pt"), st.run.file("best.pt"))
+            try:  # all of the run or none of it (a full disk leaves no run without checkpoint)
+                st.run.start(args, resume=False)
+                save_checkpoint(st.run.file("last.pt"), ckpt)
+                copy_checkpoint(st.run.file("last.pt"), st.run.file("best.pt"))
+                st.run.log_metrics(record)
+            except BaseException:
+                st.run.discard()
+                raise
             score = ("no labelled validation data" if val["top1"] is None else
                      f"val top-1 {val['top1']:.2f}%  top-5 {val['top5']:.2f}%")
             log.info("ptq (%s): %s  (%d batch(es) per process in %.1fs)", method, score,

@@ -74,6 +74,7 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
             log.warning("%s records no FP32 run options: QAT defaults assume the %s ones",
                         cfg.checkpoint, "`trtqat train`")
         r = family.recipe("qat", cfg, src)
+        R.check_preprocess_applies(cfg, r["data"])
         prep = preprocess_of(cfg, spec.get("preprocess"), spec.get("image_size")
                              or r["image_size"])
         r["image_size"] = prep.image_size

@@ -74,7 +74,7 @@ DEFAULT_QAT_LR = 1e-4
 SPLIT_SEED = 0  # the train/held-out split is the same in every stage
 EMBED_BATCH = 64
 # Options of image classifiers that an encoder run does not take (refused or ignored).
-UNSUPPORTED = ("resume", "stop_after")
+UNSUPPORTED = ("resume", "stop_after", "distill")
 IGNORED = ("momentum", "opt", "label_smoothing", "image_size", "limit_batches")
 
 
@@ -182,12 +182,16 @@ def _write_run(out: Path, args: dict, records: list[dict], model: nn.Module, *, 
                spec: dict, **extra: Any) -> Path:
     """args.yaml, metrics.jsonl, last.pt and best.pt (the same file) in ``out``."""
     run = RunDir(out, tensorboard=False)
-    run.start(args, resume=False)
-    for rec in records:
-        run.log_metrics(rec)
-    save_encoder_checkpoint(run.file("last.pt"), model, stage=stage, spec=spec,
-                            metrics=records[-1], args=args, **extra)
-    copy_checkpoint(run.file("last.pt"), run.file("best.pt"))
+    try:  # all of the run or none of it (a full disk leaves no run without checkpoint)
+        run.start(args, resume=False)
+        save_encoder_checkpoint(run.file("last.pt"), model, stage=stage, spec=spec,
+                                metrics=records[-1], args=args, **extra)
+        copy_checkpoint(run.file("last.pt"), run.file("best.pt"))
+        for rec in records:
+            run.log_metrics(rec)
+    except BaseException:
+        run.discard()
+        raise
     run.close()
     return run.file("best.pt")
 

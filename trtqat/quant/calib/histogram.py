@@ -108,6 +108,11 @@ class HistogramCalibrator(Calibrator):
         edges[..., -1] = self._max
         return edges
 
+    # pytorch-quantization's attribute names (plotting code reads them): the same tensors
+    _calib_hist = property(lambda self: self.hist, doc="pytorch-quantization's name of hist.")
+    _calib_bin_edges = property(lambda self: self.bin_edges,
+                                doc="pytorch-quantization's name of bin_edges.")
+
     def reset(self) -> None:
         """Forget every batch."""
         self._hist: torch.Tensor | None = None  # (C, num_bins) float64

@@ -386,4 +386,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {  // _C from setup.py, another name wh
         "{held_bytes, cap_bytes, buffers, in_use} of the output pool");
   m.def("set_pool_limit", [](int64_t cap_bytes) { OutputPool::get().set_cap(cap_bytes); },
         py::arg("cap_bytes"), "most bytes the output pool keeps (<= 0 disables it)");
+  m.def("parallel_threads", [](int64_t tasks) {
+          // how many of torch's intra-op threads a loop of the kernels' kind runs on (1 when
+          // the extension was built without OpenMP: at::parallel_for is then serial)
+          std::atomic<int> highest{0};
+          py::gil_scoped_release no_gil;
+          at::parallel_for(0, tasks, 1, [&](int64_t, int64_t) {
+            int tid = at::get_thread_num(), seen = highest.load();
+            while (tid > seen && !highest.compare_exchange_weak(seen, tid)) {}
+          });
+          return highest.load() + 1;
+        }, py::arg("tasks"), "threads a parallel loop of `tasks` tasks runs on");
 }

@@ -220,6 +220,19 @@ def format_markdown(report: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
+def refuse_foreign_reports(out_dir: str | os.PathLike) -> None:
+    """Refuse (before any work) an ``out_dir`` whose report.json/md/png are not earlier
+    compare reports: they would be overwritten."""
+    from trtqat.atomic import PNG, json_with_keys, refuse_foreign, starts_with
+
+    out = Path(out_dir)
+    refuse_foreign(out / "report.json", json_with_keys("variants", "backend", "metric"),
+                   "an earlier compare report", "--out")
+    refuse_foreign(out / "report.md", starts_with(b"# trtqat comparison"),
+                   "an earlier compare report", "--out")
+    refuse_foreign(out / "report.png", PNG, "an earlier compare chart", "--out")
+
+
 def write_report(report: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
     """Write report.json, report.md and report.png into ``out_dir``; returns their paths."""
     out = Path(out_dir)

@@ -15,7 +15,13 @@ from trtqat.engines.registry import DEFAULT_BACKEND, backend_info
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 from trtqat.stages.compare.data import EvalData, feed_for
-from trtqat.stages.compare.report import VariantResult, build_report, format_table, write_report
+from trtqat.stages.compare.report import (
+    VariantResult,
+    build_report,
+    format_table,
+    refuse_foreign_reports,
+    write_report,
+)
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.timing import ROUNDS, Timed, time_interleaved
 from trtqat.stages.compare.variants import CompareError, Variant, discover, explicit
@@ -227,6 +233,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
 
     backend = canonical_backend(cfg.backend)
     _require_backend(backend)
+    refuse_foreign_reports(cfg.out)
     cfg.backend = backend
     if cfg.run:
         variants, settings = discover(cfg.run)

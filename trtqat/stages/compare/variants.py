@@ -72,7 +72,23 @@ def discover(run_dir: str | Path) -> tuple[list[Variant], dict[str, Any]]:
     if not found:
         raise CompareError(f"{root} holds no checkpoints (best.pt): run `trtqat train`, "
                            "`calibrate` and `qat` into its sub-folders first, or pass --onnx files")
+    _float_rows_from_ptq(found)
     return sorted(found.values(), key=Variant.sort_key), settings
+
+
+def _float_rows_from_ptq(found: dict[str, Variant]) -> None:
+    """A run that started from a float model (``calibrate --model ...``) has no FP32
+    checkpoint: its FP32 and FP16 rows come from the PTQ checkpoint's weights in float, which
+    are the float model's (PTQ adds ranges, it does not change weights)."""
+    if "fp32" in found:
+        return
+    ptq = next((v for v in found.values() if v.stage == "ptq"), None)
+    if ptq is None:
+        return
+    for name in ("fp32", "fp16"):
+        found.setdefault(name, Variant(name, name, name, ptq.checkpoint, stage="ptq",
+                                       arch=ptq.arch, family=ptq.family, tag=""))
+    log.info("no FP32 run in the folder: the fp32/fp16 rows are %s in float", ptq.checkpoint)
 
 
 def _labelled(data: str) -> bool:

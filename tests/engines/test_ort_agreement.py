@@ -1,0 +1,48 @@
+"""The re-encoding's agreement check (trtqat.engines.ort_inspect.check_agreement): float ties
+are not flips, real flips are; the centered cosine measures near-constant scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from trtqat.engines.ort_inspect import AgreementError, check_agreement, mean_centered_cosine
+
+
+def _add(offset: np.ndarray) -> onnx.ModelProto:
+    """y = x + offset on [n, 5] scores."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["y"])], "add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
+        [numpy_helper.from_array(offset.astype(np.float32), "c")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_float_ties_are_not_flips():
+    same = np.zeros(5)
+    noise = np.array([0, 1, -1, 2, -2]) * 1e-9  # far below float32 resolution of 0.5
+    feeds = [{"x": np.full((4, 5), 0.5, np.float32)}]  # every score tied
+    result = check_agreement(_add(same), _add(noise), feeds, min_top1=1.0, threads=1)
+    assert result["top1_agreement"] == 1.0
+
+
+def test_a_real_flip_still_fails():
+    feeds = [{"x": np.tile(np.array([0.5, 0.4, 0.0, 0.0, 0.0], np.float32), (4, 1))}]
+    swap = np.array([0.0, 0.2, 0, 0, 0])  # class 1 overtakes class 0 by 0.1
+    with pytest.raises(AgreementError, match="top-1 agreement 0.00%"):
+        check_agreement(_add(np.zeros(5)), _add(swap), feeds, threads=1)
+
+
+def test_centered_cosine_sees_the_shape_of_near_constant_scores():
+    rng = np.random.default_rng(0)
+    ref = 10.0 + 1e-3 * rng.standard_normal((8, 100))  # a random network's scores
+    close = ref + 1e-4 * rng.standard_normal(ref.shape)
+    unrelated = 10.0 + 1e-3 * rng.standard_normal(ref.shape)
+    assert mean_centered_cosine([ref], [close]) > 0.99
+    assert abs(mean_centered_cosine([ref], [unrelated])) < 0.2
+    from trtqat.arrays import row_cosines
+
+    assert row_cosines(ref, unrelated).mean() > 0.999  # plain cosine cannot tell them apart

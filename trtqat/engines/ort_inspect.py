@@ -1,0 +1,240 @@
+"""ONNX Runtime CPU sessions for the re-encoding, what ORT made of a graph (integer vs float
+compute nodes of its optimised model) and how far a rewritten model's outputs moved
+(:func:`check_agreement`). Used by :mod:`trtqat.engines.ort_qdq`, which re-exports them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from trtqat.arrays import row_cosines
+from trtqat.engines.detect_agreement import agreement as detection_agreement
+from trtqat.engines.detect_agreement import is_detection
+from trtqat.engines.errors import EngineBuildError
+from trtqat.engines.onnx_io import ort_disabled_optimizers
+
+Feeds = Sequence[dict[str, np.ndarray]]
+
+INTEGER_OPS = frozenset({
+    "QLinearConv", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool",
+    "QGemm", "QLinearMatMul", "MatMulInteger", "ConvInteger", "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+    "QLinearSoftmax", "QLinearReduceMean", "QLinearWhere", "QAttention", "NhwcQLinearConv",
+})
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+# Ops that only move, reshape or convert data: neither integer nor float compute.
+DATA_OPS = frozenset({
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Shape", "Gather", "Concat",
+    "Slice", "Identity", "Constant", "ReorderInput", "ReorderOutput", "Cast", "Expand", "Split",
+    "Tile", "Pad", "ConstantOfShape", "Range",
+})
+# Ops whose kernel follows its input type (integer on uint8/int8 tensors).
+TYPED_OPS = frozenset({"MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Relu", "Resize", "Clip"})
+_INT_TYPES = {onnx.TensorProto.UINT8, onnx.TensorProto.INT8}
+
+
+# The re-encoding adds output quantizers of its own; on MiniLM they move the embeddings by a
+# mean cosine of about 0.99 against the unrewritten Q/DQ graph (and by less than 0.003 against
+# FP32), so 0.98 passes that and still stops a broken rewrite.
+DEFAULT_MIN_COSINE = 0.98
+
+
+class AgreementError(EngineBuildError):
+    """A rewritten model's outputs moved too far from the model it was made from."""
+
+
+def cpu_session(model: onnx.ModelProto, threads: int = 2, level: str = "all",
+                optimized_path: str | None = None):
+    """An ONNX Runtime CPU session for ``model`` (``level`` 'all' or 'basic' graph
+    optimisation, warnings silenced, ``threads`` intra-op threads)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    }[level]
+    if optimized_path is not None:
+        so.optimized_model_filepath = optimized_path
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=ort_disabled_optimizers(model))
+
+
+def optimized_model(model: onnx.ModelProto, threads: int = 2) -> onnx.ModelProto:
+    """The graph ORT's CPU provider runs for ``model`` (ORT_ENABLE_ALL, as saved by
+    ``SessionOptions.optimized_model_filepath``)."""
+    with tempfile.TemporaryDirectory(prefix="trtqat-ort-") as tmp:
+        path = os.path.join(tmp, "optimized.onnx")
+        cpu_session(model, threads, "all", path)
+        return onnx.load(path)
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor, from declarations plus a forward pass over node kinds."""
+    g = model.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        if v.type.tensor_type.elem_type:
+            types[v.name] = v.type.tensor_type.elem_type
+    for n in g.node:
+        op = n.op_type
+        if op in ("MatMulInteger", "ConvInteger"):
+            t = onnx.TensorProto.INT32
+        elif op == "QuantizeLinear" or op.startswith("QLinear") or (op == "QGemm" and len(n.input) > 8):
+            # QLinear* ops keep their input's type; QuantizeLinear takes its zero-point's
+            zp = {"QGemm": 8, "QLinearConcat": 1}.get(op, 2)
+            t = types.get(n.input[zp], onnx.TensorProto.UINT8) if len(n.input) > zp else onnx.TensorProto.UINT8
+        elif n.op_type in TYPED_OPS or n.op_type in DATA_OPS:
+            t = types.get(n.input[0], onnx.TensorProto.FLOAT) if n.input else onnx.TensorProto.FLOAT
+        else:
+            t = onnx.TensorProto.FLOAT
+        for o in n.output:
+            types.setdefault(o, t)
+    return types
+
+
+def count_compute_nodes(model: onnx.ModelProto) -> dict[str, Any]:
+    """Integer vs float compute nodes of ``model`` (pass an ORT-optimised graph, see
+    :func:`optimized_model`).
+
+    Returns ``{"integer": {op: n}, "float": {op: n}, "integer_total", "float_total",
+    "quantize_dequantize": n, "other": {op: n}}``; pooling on uint8/int8 tensors counts as
+    integer, data-movement ops (Reshape, Transpose, ...) as other.
+    """
+    types = _elem_types(model)
+    integer: Counter[str] = Counter()
+    floating: Counter[str] = Counter()
+    other: Counter[str] = Counter()
+    qdq = 0
+    for n in model.graph.node:
+        op = n.op_type
+        if op in QDQ_OPS:
+            qdq += 1
+        elif op in INTEGER_OPS:
+            integer[op] += 1
+        elif op in DATA_OPS:
+            other[op] += 1
+        elif op in TYPED_OPS and n.input and types.get(n.input[0]) in _INT_TYPES:
+            integer[op] += 1
+        else:
+            floating[op] += 1
+    return {"integer": dict(integer), "float": dict(floating),
+            "integer_total": sum(integer.values()), "float_total": sum(floating.values()),
+            "quantize_dequantize": qdq, "other": dict(other)}
+
+
+def _run(session, feeds: Feeds) -> list[np.ndarray]:
+    return [session.run(None, feed)[0] for feed in feeds]
+
+
+EMBEDDING_TASKS = frozenset({"sentence-embedding", "embedding", "feature-extraction"})
+
+
+def is_embedding_output(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = ()) -> bool:
+    """True when the first output holds embeddings rather than class scores: the model's
+    metadata ``trtqat.task`` is an embedding task, the output's name contains "embedding",
+    or every row of ``outputs`` (reference values) has unit L2 norm."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    if meta.get("trtqat.task") in EMBEDDING_TASKS:
+        return True
+    if model.graph.output and "embedding" in model.graph.output[0].name.lower():
+        return True
+    rows = [o.reshape(-1, o.shape[-1]) for o in outputs if o.ndim >= 2 and o.shape[-1] > 1]
+    return bool(rows) and all(
+        np.allclose(np.linalg.norm(r.astype(np.float64), axis=-1), 1.0, atol=1e-3) for r in rows)
+
+
+TIE = 1e-5  # reference scores closer than this fraction of the output scale are a tie
+
+
+def _top1_agrees(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Per row: the candidate's top-1 is the reference's, or a class the reference scores
+    within float32 resolution of its top-1 (a tie, e.g. the near-constant outputs of a
+    network whose activations vanish)."""
+    rows = np.arange(len(ref))
+    pick = cand.argmax(-1)
+    tol = TIE * max(float(np.abs(ref).max(initial=0.0)), np.finfo(np.float32).tiny)
+    return (pick == ref.argmax(-1)) | (ref.max(-1) - ref[rows, pick] <= tol)
+
+
+def mean_centered_cosine(ref: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> float:
+    """Mean cosine of each output row with the reference's after subtracting each row's
+    mean: how well the candidate keeps the shape of the scores, meaningful even where
+    near-constant scores (a random-weight network) make top-1 noise."""
+    rows = [row_cosines(r - r.mean(-1, keepdims=True), c - c.mean(-1, keepdims=True))
+            for r, c in zip(ref, cand) if r.ndim and r.shape[-1] > 1]
+    return float(np.concatenate(rows).mean()) if rows else float("nan")
+
+
+def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
+                    feeds: Feeds, min_top1: float = 0.99, threads: int = 2,
+                    min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
+    """Compare the first output of two models on ``feeds`` with ORT's CPU provider.
+
+    ``metric`` "top1" (classifiers: argmax over the last axis per sample, at least
+    ``min_top1`` must agree; reference scores within 1e-5 of the output scale are ties),
+    "cosine" (embeddings: mean cosine similarity per row at least ``min_cosine``, default
+    :data:`DEFAULT_MIN_COSINE`) or "auto" (cosine when
+    :func:`is_embedding_output`). Returns ``{"metric", "top1_agreement", "samples",
+    "max_abs_diff", "mean_abs_diff", "max_abs_reference", "mean_centered_cosine"}`` plus ``mean_cosine`` and
+    ``min_cosine`` for the cosine metric; raises :class:`AgreementError` below the threshold.
+    """
+    if not feeds:
+        raise AgreementError("check_agreement got no inputs: pass at least one feed dict")
+    if metric not in ("auto", "top1", "cosine"):
+        raise ValueError(f"metric must be auto, top1 or cosine, got {metric!r}")
+    # the reference runs Q/DQ as written (no integer fusion: float maths on dequantized
+    # values, the ONNX semantics), whatever this CPU's integer kernels do
+    ref = _run(cpu_session(reference_model, threads, "basic"), feeds)
+    cand = _run(cpu_session(candidate_model, threads), feeds)
+    if metric == "auto":
+        metric = "cosine" if is_embedding_output(reference_model, ref) else "top1"
+    same = total = 0
+    max_diff = mean_acc = ref_max = 0.0
+    detector = metric == "top1" and is_detection(reference_model)
+    for r, c in zip(ref, cand):
+        r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
+        if detector:  # confident anchors: same class, overlapping box
+            agree, confident = detection_agreement(r, c)
+            same, total = same + agree, total + confident
+        else:
+            same += int(_top1_agrees(r2, c2).sum())
+            total += r2.shape[0]
+        diff = np.abs(r2.astype(np.float64) - c2)
+        max_diff = max(max_diff, float(diff.max()))
+        mean_acc += float(diff.sum())
+        ref_max = max(ref_max, float(np.abs(r2).max()))
+    result = {"metric": "detection" if detector else metric,
+              "top1_agreement": same / total if total else 1.0, "samples": total,
+              "max_abs_diff": max_diff,
+              "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
+              "max_abs_reference": ref_max,
+              "mean_centered_cosine": mean_centered_cosine(ref, cand)}
+    if metric == "cosine":
+        cos = np.concatenate([row_cosines(r, c) for r, c in zip(ref, cand)])
+        threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
+        result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()))
+        if result["mean_cosine"] < threshold:
+            raise AgreementError(
+                f"CPU re-encoding moved the embeddings too far: mean cosine similarity "
+                f"{result['mean_cosine']:.4f} < {threshold:.4f} on {total} rows (lowest "
+                f"{result['min_cosine']:.4f}); build with --ortPrepare=none or calibrate on "
+                "representative inputs")
+    elif result["top1_agreement"] < min_top1:
+        raise AgreementError(
+            f"CPU re-encoding moved the outputs too far: "
+            f"{'detection' if detector else 'top-1'} agreement "
+            f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "
+            f"{max_diff:.3g}); build without CPU re-encoding or calibrate on representative inputs"
+        )
+    return result

@@ -1,0 +1,196 @@
+"""The export of a detector: the detection family's half of ``trtqat export``, and its check.
+
+Files hold the raw head output ``(batch, 4 + classes, anchors)`` under the model's names
+(``images``/``output0`` unless ``--input-names``/``--output-names``); ``--nms`` adds a
+``*-nms.onnx`` beside each with box decoding and ONNX ``NonMaxSuppression`` (:mod:`.nms`).
+
+The check compares each part of the output on its own scale: the boxes in pixels and the
+class scores in [0, 1] (one step size for both would let a box move by many pixels as
+"rounding"), and the detections both sides keep at score >= 0.25.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torch import nn
+
+from trtqat.export import criterion as crit
+from trtqat.export import validate as val
+from trtqat.families.types import FamilyExport
+from trtqat.variants import variant as variant_row
+
+if TYPE_CHECKING:
+    from trtqat.stages.export import ExportOptions
+
+SLICES = (("boxes", slice(0, 4), "px"), ("scores", slice(4, None), ""))  # of axis 1
+MATCH_SCORE = 0.25   # detections compared: those a deployment keeps
+MATCH_IOU = 0.9      # the same detection: same class, this IoU
+MIN_MATCHED = {"fp32": 0.99, "fp16": 0.97}  # share of the reference's detections; int8: 0.95
+MIN_MATCHED_INT8 = 0.95
+
+
+def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
+                    options: ExportOptions) -> FamilyExport:
+    """Example images of the checkpoint's size, validation images of its data, the
+    family's float layers (and ``--skip-layers``) marked as float on purpose."""
+    from trtqat.export.onnx_export import image_plan
+    from trtqat.families.cnn.export import dynamic_axes
+    from trtqat.families.detect.sources import float_layers
+    from trtqat.quant.model_ops import disable_layers
+
+    spec = ckpt["model"]
+    if options.skip_layers:
+        disable_layers(model, tuple(options.skip_layers))
+    model.trtqat_skip_layers = tuple(dict.fromkeys(
+        [*float_layers(model), *(spec.get("skip_layers") or []), *options.skip_layers]))
+    size = options.image_size or spec.get("image_size") or 96
+    axes = dynamic_axes(options)
+    batch = options.batch or (None if "batch" in axes else 1)
+    inputs = family.export_inputs(model, {**spec, "image_size": size}, batch)
+    val_data = _validation(ckpt, options, size) if options.validate else None
+    plan = image_plan(inputs.example, validation_data=val_data, dynamic_axes=axes,
+                      fold_bn=options.fold_bn)
+    plan.input_names = list(options.input_names) or inputs.input_names
+    plan.output_names = list(options.output_names) or inputs.output_names
+    plan.checks = family.export_check
+    shape = (f"dynamic {', '.join(axes)}" if axes else "static") + (
+        f", batch {batch}" if batch else "")
+    post = None
+    if options.nms:
+        from trtqat.families.detect.nms import nms_companion
+
+        def post(path, result):
+            return nms_companion(path, plan, val_data or [inputs.example[0]])
+
+    h, w = (size, size) if isinstance(size, int) else size
+    return FamilyExport(plan, str(spec["arch"]), shape, batch=options.batch,
+                        io_dtype=options.io_dtype,
+                        info={"batch": batch or "dynamic", "dynamic": list(axes),
+                              "input_shape": [batch or "N", 3, h, w],
+                              "input_names": plan.input_names,
+                              "output_names": plan.output_names}, post=post)
+
+
+def _validation(ckpt: dict[str, Any], options: ExportOptions, size: Any) -> list:
+    """Validation images of the checkpoint's data (``--val-batches`` of 32 at most)."""
+    from trtqat.families.detect.data import datasets, loader
+
+    args = ckpt.get("args") or {}
+    _, val_ds, _ = datasets(options.data or args.get("data") or "digits", size)
+    batches = loader(val_ds, 32, False)
+    return [x for x, _ in islice(batches, options.val_batches or 4)]
+
+
+def _slices(ref: np.ndarray) -> list[tuple[str, slice, str]]:
+    """The declared slices of a head output ``(B, 4 + C, A)``; the whole of anything else."""
+    if ref.ndim == 3 and ref.shape[1] > 4:
+        return list(SLICES)
+    return [("all", slice(None), "")]
+
+
+def _rounding(context: Any, index: int) -> list[np.ndarray] | None:
+    """Per batch, |float64 - float32| of the exported reference's output ``index``: the
+    rounding noise of a Q/DQ model (None when it cannot run in float64)."""
+    import torch
+
+    model64 = crit.float64_reference(context.traced) if context.traced is not None else None
+    if model64 is None or not context.batches:
+        return None
+    diffs = []
+    with torch.no_grad():
+        for inputs in context.batches:
+            out64 = model64(*(t.double() for t in inputs))
+            out32 = context.traced(*(t.float() for t in inputs))
+            if isinstance(out64, (tuple, list)):
+                out64, out32 = out64[index], out32[index]
+            diffs.append((out64 - out32.double()).abs().numpy())
+    return diffs
+
+
+def _floor(diffs: list[np.ndarray] | None, part: slice) -> float | None:
+    if not diffs:
+        return None
+    d = np.concatenate([x[:, part].reshape(-1) for x in diffs])
+    d = d[np.isfinite(d)]
+    return float(d.mean()) if d.size else None
+
+
+def _slice_check(variant: str, name: str, label: str, unit: str, got: np.ndarray,
+                 ref: np.ndarray, floor: float | None) -> val.Check:
+    d = np.abs(got.astype(np.float64) - ref)
+    if not (np.isfinite(got).all() and np.isfinite(ref).all()):
+        return val.Check(f"output '{name}' {label} finite", False, "NaN/inf values")
+    scale = max(float(np.abs(ref).max(initial=0.0)), np.finfo(np.float32).tiny)
+    title = f"output '{name}' {label} vs PyTorch"
+    if variant in val.REL_TOL:
+        rel, tol = float(d.max(initial=0.0)) / scale, val.REL_TOL[variant]
+        return val.Check(title, rel <= tol, f"max rel diff {rel:.2e} (<= {tol:.0e}), max abs "
+                         f"diff {d.max(initial=0.0):.3g}{unit}")
+    step = scale / 127.0
+    nf = None if floor is None else crit.NoiseFloor(floor, 0, 0)
+    limit = crit.mean_limit(variant, nf, step)
+    mean = float(d.mean()) if d.size else 0.0
+    return val.Check(f"{title} fake-quant", mean <= limit,
+                     f"mean diff {mean:.3g}{unit} = {mean / step:.3f} step (<= "
+                     f"{limit / step:.2f}; noise floor "
+                     f"{'not measured' if floor is None else format(floor / step, '.3f')} "
+                     f"step), max {d.max(initial=0.0):.3g}{unit}; step = {step:.3g}{unit}")
+
+
+def matched_share(got: np.ndarray, ref: np.ndarray) -> tuple[int, int]:
+    """``(matched, total)``: the reference's detections (score >= 0.25) that the candidate
+    has too (same class, IoU >= 0.9)."""
+    import torch
+
+    from trtqat.families.detect.loss import pairwise_iou
+    from trtqat.families.detect.metrics import postprocess
+
+    matched = total = 0
+    for g, r in zip(postprocess(got, conf=MATCH_SCORE), postprocess(ref, conf=MATCH_SCORE)):
+        total += len(r)
+        if not len(r) or not len(g):
+            continue
+        iou = pairwise_iou(torch.from_numpy(r[:, :4]), torch.from_numpy(g[:, :4])).numpy()
+        same = (r[:, None, 5] == g[None, :, 5]) & (iou >= MATCH_IOU)
+        matched += int(same.any(1).sum())
+    return matched, total
+
+
+def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
+                     candidate: Sequence[Sequence[np.ndarray]], context: Any) -> list[val.Check]:
+    """Per output and declared slice (boxes, scores): float variants within the variants
+    table's relative tolerance, INT8 within the noise-floor criterion of its own step; the
+    kept detections matched; the Q/DQ inventory of INT8 files."""
+    int8 = variant_row(variant).int8
+    checks: list[val.Check] = []
+    for i, name in enumerate(context.names):
+        refs = [r[i] for r in reference]
+        gots = [c[i] for c in candidate]
+        if any(g.shape != r.shape for g, r in zip(gots, refs)):
+            return [val.Check(f"output '{name}'", False, "shape differs between ONNX Runtime "
+                              "and PyTorch")]
+        noise = _rounding(context, i) if int8 else None
+        for label, part, unit in _slices(refs[0]):
+            ref = np.concatenate([r[:, part].reshape(-1) for r in refs])
+            got = np.concatenate([g[:, part].reshape(-1) for g in gots])
+            floor = _floor(noise, part)
+            checks.append(_slice_check(variant, name, label, unit, got, ref, floor))
+        if refs[0].ndim == 3 and refs[0].shape[1] > 4:
+            matched, total = map(sum, zip(*(matched_share(g, r) for g, r in zip(gots, refs))))
+            need = MIN_MATCHED_INT8 if int8 else MIN_MATCHED.get(variant, 0.97)
+            ok = total == 0 or matched >= need * total
+            checks.append(val.Check(f"detections '{name}'", ok,
+                                    f"{matched} of {total} kept detections (score >= "
+                                    f"{MATCH_SCORE}) match PyTorch's (same class, IoU >= "
+                                    f"{MATCH_IOU}; >= {need:.0%} needed)"))
+    if int8 and context.traced is not None and context.onnx_path:
+        import onnx
+
+        from trtqat.export.qdq_check import check_qdq_inventory
+
+        checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced))
+    return checks

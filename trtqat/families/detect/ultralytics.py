@@ -1,0 +1,188 @@
+"""Ultralytics YOLO detectors (v8, 11, ...) in trtqat: building, the loss, checkpoints.
+
+Optional: ``pip install 'trtqat[ultralytics]'``. Nothing is downloaded: the import sets
+``YOLO_OFFLINE=1`` (unless set), models come from a ``.yaml`` (Ultralytics' bundled ones by
+name, e.g. ``yolov8n.yaml``) or a local ``.pt``.
+
+* :func:`build_yolo`: a ``DetectionModel`` whose eval forward returns ``(batch, 4 + nc,
+  anchors)`` (boxes cx, cy, w, h in pixels, sigmoid scores: the Detect head in export mode);
+  its train forward returns the raw head dict Ultralytics' own loss takes.
+* :class:`UltralyticsLoss`: Ultralytics' detection loss (task-aligned assigner, BCE, CIoU,
+  DFL) on trtqat's batches, what QAT of an Ultralytics model trains with.
+* :func:`patch_is_qat`: Ultralytics recognises a QAT model by a module named
+  ``TensorQuantizer`` and then imports ModelOpt to save it (``qat_state``/``strip_qat``). A
+  trtqat model has such modules, but they are plain classes that pickle, so the patch makes
+  ``is_qat`` look at ModelOpt's quantizers only: ``YOLO.save``, the trainer's checkpoints
+  and ``YOLO(path)`` then keep trtqat's quantizers in the pickled model. Applied whenever
+  trtqat builds or saves an Ultralytics model; call it yourself before Ultralytics code
+  touches a trtqat-quantized model otherwise.
+* :func:`save_ultralytics`: an Ultralytics checkpoint (``YOLO(path)`` loads it) of a trtqat
+  model.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trtqat.errors import TrtqatError
+
+
+class UltralyticsModelError(TrtqatError, ValueError):
+    """An Ultralytics model trtqat cannot use (another task, unreadable weights)."""
+
+
+def _ultralytics():
+    """``ultralytics.nn.tasks``, imported offline (no downloads, no settings sync)."""
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    os.environ.setdefault("YOLO_VERBOSE", "False")
+    from trtqat.optional import require
+
+    tasks = require("ultralytics.nn.tasks", "ultralytics", "Ultralytics YOLO models")
+    patch_is_qat()
+    return tasks
+
+
+def is_yolo(model: nn.Module) -> bool:
+    """True for an Ultralytics ``DetectionModel`` (without importing Ultralytics)."""
+    return any(c.__name__ == "DetectionModel" and c.__module__.startswith("ultralytics")
+               for c in type(model).__mro__)
+
+
+def _ready(net: nn.Module) -> nn.Module:
+    """Hyperparameters for the loss, and the head's export-mode output."""
+    from ultralytics.cfg import get_cfg
+
+    if type(net).__name__ != "DetectionModel":
+        raise UltralyticsModelError(f"{type(net).__name__} is not a detection model: trtqat's "
+                                    "detect family takes Ultralytics detection models "
+                                    "(yolov8n.yaml, yolo11n.yaml, or their .pt)")
+    net.args = get_cfg()
+    head = net.model[-1]
+    head.export = True  # eval: the (B, 4 + nc, A) tensor alone
+    if getattr(head, "one2one_cv2", None) is not None and getattr(head, "cv2", None) is not None:
+        head.end2end = False  # the one-to-many outputs: NMS is trtqat's (or the export's)
+    return net.float()
+
+
+def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None = None
+               ) -> nn.Module:
+    """An Ultralytics detector from a ``.yaml``, a ``.pt`` or a checkpoint's recorded yaml
+    (``yaml``), with ``num_classes`` classes (default: the model's own)."""
+    tasks = _ultralytics()
+    if yaml is not None:
+        cfg = copy.deepcopy(yaml)
+        return _ready(tasks.DetectionModel(cfg, nc=num_classes or cfg.get("nc"), verbose=False))
+    if Path(source).suffix.lower() == ".pt":
+        path = Path(source).expanduser()
+        try:  # the user's own Ultralytics file: Ultralytics unpickles it
+            net = tasks.load_checkpoint(str(path))[0]
+        except Exception as exc:  # noqa: BLE001 - any unreadable file: one line
+            raise UltralyticsModelError(f"cannot load Ultralytics weights {path}: "
+                                        f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        net = net.float()
+        if num_classes and num_classes != int(net.model[-1].nc):
+            fresh = tasks.DetectionModel(copy.deepcopy(net.yaml), nc=num_classes, verbose=False)
+            fresh.load(net, verbose=False)  # every layer but the class outputs
+            net = fresh
+        return _ready(net)
+    try:
+        net = tasks.DetectionModel(source, nc=num_classes, verbose=False)
+    except FileNotFoundError:
+        raise UltralyticsModelError(f"--model {source}: no such Ultralytics model yaml (a "
+                                    "file, or a bundled name such as yolov8n.yaml)") from None
+    return _ready(net)
+
+
+def yaml_of(model: nn.Module) -> dict[str, Any] | None:
+    """The model's yaml dict (what a checkpoint records to rebuild it)."""
+    return copy.deepcopy(getattr(model, "yaml", None)) if is_yolo(model) else None
+
+
+def head_float_layers(model: nn.Module) -> tuple[str, ...]:
+    """The final prediction convs and the DFL conv of an Ultralytics Detect head (its index
+    is the last layer's), as Ultralytics' own QAT keeps them; () for other models."""
+    if not is_yolo(model):
+        return ()
+    i = len(model.model) - 1
+    head = model.model[-1]
+    names = [f"model.{i}.cv2.*.2", f"model.{i}.cv3.*.2"]
+    if getattr(head, "one2one_cv2", None) is not None:
+        names += [f"model.{i}.one2one_cv2.*.2", f"model.{i}.one2one_cv3.*.2"]
+    if isinstance(getattr(head, "dfl", None), nn.Module) and any(
+            isinstance(m, nn.Conv2d) for m in head.dfl.modules()):
+        names.append(f"model.{i}.dfl*")  # the DFL module and its conv
+    return tuple(names)
+
+
+def batch_of(targets: list[torch.Tensor], image_hw: tuple[int, int], device) -> dict:
+    """trtqat's per-image ``(n, 5)`` pixel xyxy targets as an Ultralytics batch."""
+    h, w = image_hw
+    rows = [torch.cat((torch.full((len(t), 1), float(i)), t.cpu()), 1)
+            for i, t in enumerate(targets)]
+    t = torch.cat(rows) if rows else torch.zeros(0, 6)
+    xyxy = t[:, 2:6]
+    xywh = torch.stack(((xyxy[:, 0] + xyxy[:, 2]) / 2 / w, (xyxy[:, 1] + xyxy[:, 3]) / 2 / h,
+                        (xyxy[:, 2] - xyxy[:, 0]) / w, (xyxy[:, 3] - xyxy[:, 1]) / h), 1)
+    return {"batch_idx": t[:, 0].to(device), "cls": t[:, 1:2].to(device),
+            "bboxes": xywh.to(device)}
+
+
+class UltralyticsLoss(nn.Module):
+    """Ultralytics' own detection loss of ``model`` (box + cls + DFL, with its gains), per
+    image."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.criterion = model.init_criterion()
+
+    def forward(self, preds: Any, targets: list[torch.Tensor], image_hw: tuple[int, int]
+                ) -> torch.Tensor:
+        device = next(iter(preds["feats"])).device
+        loss, _ = self.criterion(preds, batch_of(targets, image_hw, device))
+        return loss.sum() / max(len(targets), 1)
+
+
+def patch_is_qat() -> None:
+    """Make Ultralytics' ``is_qat`` ignore trtqat's quantizers (see the module doc)."""
+    import sys
+
+    from ultralytics.utils import torch_utils
+
+    original = torch_utils.is_qat
+    if getattr(original, "_trtqat", False):
+        return
+
+    def is_qat(model: nn.Module) -> bool:
+        inner = model.model if isinstance(getattr(model, "model", None), nn.Module) else model
+        return any(type(m).__name__ == "TensorQuantizer"
+                   and not type(m).__module__.startswith("trtqat") for m in inner.modules())
+
+    is_qat._trtqat = True  # type: ignore[attr-defined]
+    is_qat.__doc__ = original.__doc__
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ultralytics") and getattr(module, "is_qat", None) is original:
+            module.is_qat = is_qat
+
+
+def save_ultralytics(model: nn.Module, path: str | Path, **extra: Any) -> Path:
+    """Write ``model`` (an Ultralytics detector, quantized by trtqat or not) as an
+    Ultralytics checkpoint that ``YOLO(path)`` loads, quantizers and amax included."""
+    from trtqat.atomic import write_atomic
+
+    if not is_yolo(model):
+        raise UltralyticsModelError("save_ultralytics takes an Ultralytics DetectionModel")
+    from ultralytics import __version__
+
+    patch_is_qat()
+    net = copy.deepcopy(model).float().eval()
+    net.model[-1].export = False  # Ultralytics' own predictors expect the (y, x) tuple
+    ckpt = {"model": net, "ema": None, "train_args": dict(vars(getattr(net, "args", {}) or {})),
+            "date": datetime.now().isoformat(), "version": __version__, **extra}
+    return write_atomic(Path(path), lambda f: torch.save(ckpt, f))
