@@ -55,7 +55,7 @@ def test_clustered_variants_get_separate_labels_inside_their_panel():
     fig = build_figure(sections, "title")
     panels = list(_boxes(fig))
     assert len(panels) == 2 * 3  # a row per model: top-1, latency @1, throughput @32
-    for ax, labels, ticks, frame in panels:
+    for _ax, labels, _ticks, frame in panels:
         assert len(labels) == 9  # every measured variant written once (not the failed one)
         for (a, box_a), (b, box_b) in itertools.combinations(labels, 2):
             assert not box_a.overlaps(box_b), (a, b)
