@@ -16,14 +16,17 @@ __version__ = "0.1.0"
 # import on first access.
 __all__ = ["BenchmarkResult", "ExportResult", "QATRecipe", "QuantConfig", "QuantDescriptor",
            "QuantModuleReplacementHelper", "TrtqatError", "__version__", "benchmark",
-           "build_engine", "collect_stats", "compute_amax", "deactivate", "enable_onnx_export",
-           "export_onnx", "initialize", "qat_recipe", "quantize"]
+           "build_engine", "calibrate", "collect_stats", "compute_amax", "deactivate",
+           "describe", "enable_onnx_export", "export_onnx", "initialize", "qat_recipe",
+           "quantize", "quantize_"]
 
 _QM = "trtqat.quant.quant_modules"
 __getattr__, __dir__ = lazy_attributes(__name__, {
-    "QuantConfig": "trtqat.quant.model_ops", "QuantDescriptor": "trtqat.quant.descriptor",
+    "QuantConfig": "trtqat.quant.config", "QuantDescriptor": "trtqat.quant.descriptor",
     "collect_stats": "trtqat.quant.model_ops", "compute_amax": "trtqat.quant.model_ops",
-    "quantize": "trtqat.quant.model_ops", "QuantModuleReplacementHelper": _QM,
+    "quantize": "trtqat.quant.api", "quantize_": "trtqat.quant.api",
+    "calibrate": "trtqat.quant.api", "describe": "trtqat.quant.placement",
+    "QuantModuleReplacementHelper": _QM,
     "deactivate": _QM, "enable_onnx_export": _QM, "initialize": _QM,
     # the pipeline's verbs (trtqat.api): export, build, benchmark (torch-free), QAT recipe
     "export_onnx": "trtqat.api", "ExportResult": "trtqat.export.result",

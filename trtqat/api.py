@@ -10,7 +10,7 @@ sentence encoders): the family of a model is found once (:func:`trtqat.families.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,49 +63,6 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike[s
         validation_data=validation_data, fold_bn=fold_bn)
     return export_file(model, family.stamp_plan(plan), path, canonical(variant), opset,
                        io_dtype=io_dtype, validate=validate, metadata=metadata)
-
-
-# ---------------------------------------------------------------------------------------
-# Replaced by the placement branch: `trtqat.quantize(model, config=None, *, forward_loop=None,
-# example_inputs=None)` there inserts the CLI's placement and calibrates. Until it lands,
-# tests/api/test_readme_example.py runs the README's example with this shim in its place
-# (only where the installed trtqat.quantize takes no forward_loop). Drop it with that test's
-# fallback once the branch is merged.
-def _quantize_shim(model: nn.Module, config: Any = None, *,
-                   forward_loop: Callable[[nn.Module], Any] | Iterable | None = None,
-                   example_inputs: Any = None, method: str = "max") -> nn.Module:
-    """The family's placement (``family.quantize``, what ``trtqat calibrate`` inserts), then
-    calibration by ``forward_loop`` (a callable taking the model, or batches), amax by
-    ``method``."""
-    from trtqat import families
-    from trtqat.quant.model_ops import (
-        collect_stats,
-        compute_amax,
-        disable_calibration,
-        enable_calibration,
-        quantize,
-    )
-
-    family = families.of_module(model)
-    if config is None:
-        family.quantize(model)
-    else:
-        quantize(model, config)
-    if forward_loop is None:
-        return model
-    if callable(forward_loop):
-        was_training = model.training
-        model.eval()
-        enable_calibration(model)
-        try:
-            forward_loop(model)
-        finally:
-            disable_calibration(model)
-            model.train(was_training)
-    else:
-        collect_stats(model, forward_loop, progress=False)
-    compute_amax(model, method)
-    return model
 
 
 __all__ = ["export_onnx"]

@@ -124,6 +124,7 @@ class RunOptions(AccelOptions):
     workers: int = 0
     limit_batches: int | None = None
     strict: bool = False
+    metric_output: str | None = None  # the output scored (name or index; None: the first)
 
     def __post_init__(self) -> None:
         if not str(self.out):

@@ -24,11 +24,7 @@ def python_api_example() -> str:
 def test_the_python_api_example_runs_as_written(tmp_path, monkeypatch, capsys):
     import trtqat
 
-    if "forward_loop" not in inspect.signature(trtqat.quantize).parameters:
-        # until the placement branch's trtqat.quantize(..., forward_loop=...) lands
-        from trtqat.api import _quantize_shim
-
-        monkeypatch.setattr(trtqat, "quantize", _quantize_shim)
+    assert "forward_loop" in inspect.signature(trtqat.quantize).parameters
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(compile(python_api_example(), str(README), "exec"), scope)  # noqa: S102

@@ -25,12 +25,17 @@ def tiny_exports(tmp_path_factory, tiny_q):
     return results
 
 
-def _export_torchvision(tmp_path_factory, arch: str):
+def _export_torchvision(tmp_path_factory, arch: str, residual: bool = True):
+    import trtqat
     from trtqat.export import export_onnx
     from trtqat.families.cnn.models import build_model
 
     torch.manual_seed(0)
-    model = build_model(arch, 10, quantized=True, quant_desc_input=MAX_CALIB)
+    if residual:
+        model = build_model(arch, 10, quantized=True, quant_desc_input=MAX_CALIB)
+    else:  # TensorRT's placement without its residual rule: a file for the lint to flag
+        model = trtqat.quantize(build_model(arch, 10),
+                                {"quant_desc_input": MAX_CALIB, "residual": False})
     data = batches(2, size=32, batch=8)
     settle_batchnorm(model, data)
     calibrate(model, data)
@@ -47,7 +52,8 @@ def resnet50_int8(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mobilenet_v2_int8(tmp_path_factory):
-    return _export_torchvision(tmp_path_factory, "mobilenet_v2")
+    """MobileNetV2 quantized without residual quantizers (``residual=False``)."""
+    return _export_torchvision(tmp_path_factory, "mobilenet_v2", residual=False)
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +68,7 @@ def resnet18_ptq_checkpoint(tmp_path_factory):
     settle_batchnorm(model, data)
     calibrate(model, data)
     spec = {"arch": "resnet18", "num_classes": 10, "image_size": 16, "quantized": True,
-            "skip_layers": []}
+            "skip_layers": [], "placement": "graph-1"}
     path = tmp_path_factory.mktemp("run") / "best.pt"
     save_checkpoint(path, {"stage": "ptq", "model": spec, "state_dict": model.state_dict()})
     return path

@@ -46,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    dest="warmup_ms", help="warm-up in ms")
     O.add_threads(p)
     O.add_fresh(p, "re-export and rebuild everything")
+    O.add_metric_output(p)
     p.set_defaults(func=run)
 
 

@@ -276,7 +276,16 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
     add_device(g)
     add_limit_batches(g)
     add_no_progress(g)
+    add_metric_output(g)
     add_accel_args(p)
+
+
+def add_metric_output(g: Group) -> None:
+    """--metric-output: which output of a model with several is trained on and scored."""
+    g.add_argument("--metric-output", default=None, metavar="NAME|INDEX",
+                   help="for models that return several outputs (a tuple, list or dict): the "
+                   "one the loss and metric use, by name (output_1, a dict key) or index "
+                   "(default: the first; every output is exported)")
 
 
 def add_accel_args(p: argparse.ArgumentParser) -> None:

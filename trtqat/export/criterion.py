@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from trtqat.outputs import leaves
 from trtqat.variants import TABLE
 
 TOP1_MIN = 0.995  # agreement target: 0.5% disagreement is allowed
@@ -115,9 +116,11 @@ def float64_reference(model: nn.Module) -> nn.Module | None:
 @torch.no_grad()
 def noise_floor(model64: nn.Module | None, batches: Sequence[tuple[tuple[torch.Tensor, ...], int,
                                                                   bool]],
-                refs: Sequence[Sequence[np.ndarray]]) -> list[NoiseFloor] | None:
+                refs: Sequence[Sequence[np.ndarray]],
+                split: Callable[[list], list] | None = None) -> list[NoiseFloor] | None:
     """One :class:`NoiseFloor` per output: ``model64`` against the float32 ``refs`` on
-    ``batches`` (``(inputs, n_valid, counts_for_top1)``); None if float64 fails."""
+    ``batches`` (``(inputs, n_valid, counts_for_top1)``); None if float64 fails. ``split``
+    turns the model's outputs into the checked ones (declared slices)."""
     if model64 is None:
         return None
     sums: list[float] = []
@@ -129,12 +132,13 @@ def noise_floor(model64: nn.Module | None, batches: Sequence[tuple[tuple[torch.T
             out = model64(*(t.double() for t in inputs))
         except (RuntimeError, TypeError, NotImplementedError):
             return None
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = [o.detach().cpu().numpy() for o in leaves(out)]
+        outs = split(outs) if split is not None else outs
         if len(sums) < len(outs):
             sums, counts = [0.0] * len(outs), [0] * len(outs)
             flips, samples = [0] * len(outs), [0] * len(outs)
         for i, (o, r) in enumerate(zip(outs, ref)):
-            o64 = o.detach().cpu().numpy()[:n]
+            o64 = o[:n]
             r = r[:n].astype(np.float64)
             if o64.shape != r.shape:
                 return None

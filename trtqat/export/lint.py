@@ -18,6 +18,8 @@ import onnx
 from trtqat.export._graph import GraphIndex, attr, opset_version
 from trtqat.export.errors import LintError
 from trtqat.export.lint_report import RULES, Finding, LintReport, format_report
+from trtqat.export.lint_scales import DATA_MOVEMENT as _DATA_MOVEMENT
+from trtqat.export.lint_scales import all_equal, consumer_scales, distinct, scales_of
 
 __all__ = ["RULES", "SKIP_LAYERS_KEY", "Finding", "LintReport", "format_report", "lint_model",
            "skip_patterns"]
@@ -32,9 +34,6 @@ INT8_CAPABLE = WEIGHTED | {
     "Split", "Gather", "Pad", "Identity", "Resize", "Upsample", "DepthToSpace",
     "SpaceToDepth", "Expand", "Tile", "Shape", "QuantizeLinear", "DequantizeLinear",
 }
-
-# Single-input ops that only move data: TensorRT moves Q/DQ across them.
-_DATA_MOVEMENT = {"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
 
 # Why common transformer ops fed by a DQ are wrong (appended to the no-int8-form message).
 _FLOAT_OP_HINTS = {
@@ -302,9 +301,10 @@ class _Linter:
         shape = self._weight_shape(w_dq)
         if scale is None or shape is None:
             return
-        if scale.size == 1:
-            self.add("per-tensor-weight", "warning", w_dq, f"weight of {node.name} is "
-                     "quantized per tensor; per output channel is more accurate")
+        if scale.size == 1:  # one output channel: per tensor is per channel
+            if len(shape) > 1 and shape[self._expected_axis(node, len(shape), w_idx)] > 1:
+                self.add("per-tensor-weight", "warning", w_dq, f"weight of {node.name} is "
+                         "quantized per tensor; per output channel is more accurate")
             return
         rank = len(shape)
         want = self._axis_at_dq(node.input[w_idx], self._expected_axis(node, rank, w_idx), rank)
@@ -329,29 +329,27 @@ class _Linter:
                      "identity input so TensorRT fuses conv + add and keeps the block INT8")
 
     def _check_concat(self, node: onnx.NodeProto) -> None:
-        dqs = [self._dq(i) for i in node.input if i]
-        quantized = [d for d in dqs if d is not None]
-        if not quantized:
+        inputs = [i for i in node.input if i and not self.g.is_constant(i)]
+        carried = [scales_of(self, i) for i in inputs]
+        out = consumer_scales(self, node.output[0])
+        if not any(carried) and not out:
             return
-        if len(quantized) != len(dqs):
+        if not out and any(carried) and not all(carried):
             self.add("concat-scales", "warning", node, "mixes quantized and float inputs; "
                      "quantize every input with one scale")
             return
-        scales = [self._scale(d) for d in quantized]
-        if any(s is None or not np.array_equal(s, scales[0]) for s in scales):
-            self.add("concat-scales", "warning", node, "inputs have different scales; "
-                     "TensorRT inserts reformats unless they share one")
+        scales = [s for group in carried for s in group] + out
+        if not all_equal(scales):
+            self.add("concat-scales", "warning", node, f"its inputs and consumers carry "
+                     f"{distinct(scales)} different scales; TensorRT inserts reformats unless "
+                     "they share one")
 
     def _check_maxpool(self, node: onnx.NodeProto) -> None:
-        dq = self._dq(node.input[0])
-        if dq is None:
-            return
-        for user in self.g.consumers.get(node.output[0], []):
-            if user.op_type == "QuantizeLinear":
-                s_in, s_out = self._scale(dq), self._scale(user)
-                if s_in is not None and s_out is not None and not np.array_equal(s_in, s_out):
-                    self.add("maxpool-scales", "warning", node, "Q/DQ before and after "
-                             "have different scales; TensorRT moves Q/DQ across MaxPool")
+        scales = scales_of(self, node.input[0]) + consumer_scales(self, node.output[0])
+        if not all_equal(scales):
+            self.add("maxpool-scales", "warning", node, f"its input and output carry "
+                     f"{distinct(scales)} different scales; TensorRT moves Q/DQ across "
+                     "MaxPool, so they should share one")
 
     def _check_shared_tensors(self) -> None:
         by_tensor: dict[str, list[onnx.NodeProto]] = defaultdict(list)

@@ -39,10 +39,11 @@ from trtqat.export.fold_bn import fold_batchnorm
 from trtqat.export.fp16 import clip_to_fp16_range, convert_to_fp16
 from trtqat.export.inputs import as_inputs, named_inputs, validation_inputs
 from trtqat.export.lint import lint_model
-from trtqat.export.opset import convert_opset
+from trtqat.export.opset import convert_opset, lowest_working_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
 from trtqat.export.result import ExportResult, check_writable, write_checked
 from trtqat.finite import check_finite_arrays, model_tensors
+from trtqat.outputs import flatten
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.variants import MIN_OPSET, VARIANTS
 from trtqat.variants import variant as variant_row
@@ -70,6 +71,9 @@ class ExportPlan:
     clip_fp16: bool = False                       # clip float constants to fp16's range
     metadata: dict[str, str] = field(default_factory=dict)  # added to every file
     float32_ops: tuple[str, ...] = ()             # ONNX ops kept float32 in fp16 variants
+    # output name -> (label, axis, start, stop) parts checked each on its own scale
+    output_slices: dict[str, tuple[tuple[str, int, int, int], ...]] = field(
+        default_factory=dict)
 
 
 def image_plan(example_inputs: Any, *, dynamic_batch: bool = True,
@@ -230,7 +234,9 @@ class Exporter:
         self._refs: dict[bool, list] = {}
         self._floors: dict[bool, list | None] = {}
         self.notes: list[str] = []  # e.g. layers left in float automatically
+        self.fold_notes: list[str] = []  # BatchNorms left unfolded, and why
         self._batches: list | None = None
+        self._out_names: list[str] = list(self.plan.output_names or [])
 
     def _graph(self, int8: bool) -> tuple[onnx.ModelProto, nn.Module]:
         if int8 not in self._graphs:
@@ -249,14 +255,15 @@ class Exporter:
 
     def _trace(self, reference: nn.Module) -> tuple[onnx.ModelProto, nn.Module]:
         plan = self.plan
-        traced = fold_batchnorm(reference) if plan.fold_bn else reference
+        traced = (fold_batchnorm(reference, example_inputs=self.inputs, notes=self.fold_notes)
+                  if plan.fold_bn else reference)
         ins, outs = plan.input_names, plan.output_names
         if ins is None or outs is None:
             with torch.no_grad():
                 sample = traced(*self.inputs)
-            n_out = len(sample) if isinstance(sample, (tuple, list)) else 1
-            default_ins, default_outs = io_names(len(self.inputs), n_out)
-            ins, outs = ins or default_ins, outs or default_outs
+            default_ins, _ = io_names(len(self.inputs), 1)
+            ins, outs = ins or default_ins, outs or [n for n, _ in flatten(sample)]
+        self._out_names = list(outs)
         proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, ins, outs,
                               plan.dynamic_shapes)
         name_nodes(proto.graph)
@@ -273,9 +280,13 @@ class Exporter:
 
     def _reference(self, int8: bool, reference: nn.Module) -> list:
         if int8 not in self._refs:
-            self._refs[int8] = [val.run_torch(reference, b)
+            self._refs[int8] = [self._split(val.run_torch(reference, b))
                                 for b, _, _ in self._validation_batches()]
         return self._refs[int8]
+
+    def _split(self, arrays: list) -> list:
+        """``arrays`` with each output the plan slices replaced by its slices."""
+        return val.split_outputs(arrays, self._out_names, self.plan.output_slices)[1]
 
     def export(self, path: str | os.PathLike, variant: str = "int8", opset: int = 17, *,
                io_dtype: str = "float32", validate: bool = True,
@@ -291,14 +302,16 @@ class Exporter:
         if self.plan.clip_fp16 and variant_row(variant).fp16:
             base = clip_to_fp16_range(base)
         min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
-        model = finish_model(base, variant, opset, io_dtype, min_codes, self.plan.float32_ops)
+        model, opset, raised = lowest_working_opset(
+            lambda o: finish_model(base, variant, o, io_dtype, min_codes,
+                                   self.plan.float32_ops), opset)
         props = dict(self.plan.metadata)
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             props["trtqat.skip_layers"] = ",".join(self.skip_layers)
         for key, value in {**props, **(metadata or {})}.items():
             model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=str(value)))
         result = ExportResult(path, variant, opset, self.dynamic_batch,
-                              notes=list(self.notes) if int8 else [],
+                              notes=[*raised, *self.fold_notes, *(self.notes if int8 else [])],
                               dynamic_axes=self.dynamic_axes)
         check = (lambda tmp: self._validate(tmp, variant, reference, result)) if validate else None
         return write_checked(model, result, check)
@@ -311,10 +324,11 @@ class Exporter:
         batches = self._validation_batches()
         gots, wants = [], []
         for (batch, n, _), ref in zip(batches, refs):
-            gots.append([g[:n] for g in val.run_ort(session, batch)])
+            gots.append([g[:n] for g in self._split(val.run_ort(session, batch))])
             wants.append([r[:n] for r in ref])
         context = CheckContext(
-            names=[o.name for o in session.get_outputs()],
+            names=val.split_outputs([], [o.name for o in session.get_outputs()],
+                                    self.plan.output_slices)[0],
             batches=[tuple(t[:n] for t in b) for b, n, _ in batches],
             counted=[c for _, _, c in batches],
             noise_floor=lambda: self._noise_floor(reference),
@@ -328,7 +342,8 @@ class Exporter:
         if True not in self._floors:
             self._floors[True] = crit.noise_floor(crit.float64_reference(reference),
                                                   self._validation_batches(),
-                                                  self._reference(True, reference))
+                                                  self._reference(True, reference),
+                                                  split=self._split)
         return self._floors[True]
 
 
@@ -337,7 +352,9 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                 io_dtype: str = "float32", fold_bn: bool = True, validate: bool = True,
                 validation_data: Iterable | None = None,
                 dynamic_axes: Iterable[str] | None = None,
-                metadata: dict[str, str] | None = None) -> ExportResult:
+                metadata: dict[str, str] | None = None,
+                output_slices: dict[str, Sequence[tuple[str, int, int, int]]] | None = None
+                ) -> ExportResult:
     """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16) to ``path``.
 
     The exporter itself, with the classifier checks unless ``example_inputs`` is a plan;
@@ -351,10 +368,15 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
     labels)``), plus the Q/DQ lint for INT8; a failure raises :class:`ValidationError` and
     keeps no file. ``dynamic_axes`` (of ``batch``, ``height``, ``width``) replaces
     ``dynamic_batch`` for image inputs, e.g. ``("batch", "height", "width")``; ``metadata``
-    is added to the file's. Returns the :class:`ExportResult` (path, opset, every check).
+    is added to the file's. ``output_slices`` ({output name: ((label, axis, start, stop),
+    ...)}) checks parts of an output each on its own scale (a detector's boxes and scores).
+    Returns the :class:`ExportResult` (path, opset, every check).
     """
     exporter = Exporter(model, example_inputs, dynamic_batch=dynamic_batch, fold_bn=fold_bn,
                         validation_data=validation_data, dynamic_axes=dynamic_axes)
+    if output_slices:
+        exporter.plan.output_slices = {k: tuple(tuple(p) for p in v)
+                                       for k, v in output_slices.items()}
     return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate,
                            metadata=metadata)
 

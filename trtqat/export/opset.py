@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 
 from trtqat.export._graph import GraphIndex
-from trtqat.export._torch_export import quiet
+from trtqat.export._torch_export import EXPORT_OPSET, quiet
 from trtqat.export.errors import ExportError
 
 log = logging.getLogger(__name__)
@@ -92,10 +93,55 @@ def _drop_default_attrs(model: onnx.ModelProto, opset: int) -> None:
                     continue
                 raise ExportError(f"{node.name} reshapes with zeros (allowzero), which opset "
                                   f"{opset} cannot express; use --opset 14 or later")
+            elif _is_newer_default(node, a):
+                continue  # e.g. Resize(keep_aspect_ratio_policy="stretch"), opset 18's default
             else:
                 kept.append(a)
         del node.attribute[:]
         node.attribute.extend(kept)
+
+
+def _is_newer_default(node: onnx.NodeProto, a: onnx.AttributeProto) -> bool:
+    """``a`` holds the default value the exporter's own opset gives it (so leaving it out
+    at an older opset changes nothing)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, EXPORT_OPSET, node.domain)
+    except onnx.defs.SchemaError:
+        return False
+    attr = schema.attributes.get(a.name)
+    if attr is None or not attr.default_value.name:
+        return False
+    return onnx.helper.get_attribute_value(attr.default_value) == \
+        onnx.helper.get_attribute_value(a)
+
+
+def first_problem(model: onnx.ModelProto) -> str | None:
+    """The first reason ``model`` is not valid ONNX at its opset (None when it is)."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        return (str(exc).strip().splitlines() or ["invalid"])[0][:200]
+    return None
+
+
+def lowest_working_opset(build: Callable[[int], onnx.ModelProto], opset: int
+                         ) -> tuple[onnx.ModelProto, int, list[str]]:
+    """``build(opset)``, or ``build`` at the lowest higher opset (up to the exporter's own)
+    whose graph is valid ONNX, with a note saying why."""
+    asked, first = opset, None
+    while True:
+        model = build(opset)
+        problem = first_problem(model) if opset < EXPORT_OPSET else None
+        if problem is None:
+            break
+        first = first or problem
+        opset += 1
+    if opset == asked:
+        return model, opset, []
+    note = (f"exported at opset {opset}, the lowest that expresses this graph (at opset "
+            f"{asked}: {first})")
+    log.warning("NOTE %s", note)
+    return model, opset, [note]
 
 
 def _split_sizes(model: onnx.ModelProto, node: onnx.NodeProto, parts: int) -> None:

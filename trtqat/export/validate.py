@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from trtqat.export import criterion as crit
+from trtqat.outputs import leaves
 from trtqat.variants import TABLE
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,34 @@ def run_ort(session, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
 
 @torch.no_grad()
 def run_torch(model: nn.Module, inputs: Sequence[torch.Tensor]) -> list[np.ndarray]:
-    """Outputs of ``model`` as float32 arrays (tuple/list outputs flattened)."""
-    out = model(*inputs)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    return [o.detach().float().cpu().numpy() for o in outs]
+    """Outputs of ``model`` as float32 arrays (tuples, lists and dicts flattened in the
+    export's order, :func:`trtqat.outputs.flatten`)."""
+    return [o.detach().float().cpu().numpy() for o in leaves(model(*inputs))]
+
+
+Slice = tuple[str, int, int, int]  # label, axis, start, stop
+
+
+def split_outputs(arrays: Sequence[np.ndarray], names: Sequence[str],
+                  slices: dict[str, Sequence[Slice]] | None) -> tuple[list[str], list[np.ndarray]]:
+    """Names and arrays with every output ``slices`` declares replaced by its parts
+    (``output[boxes]``...), so each part is checked on its own scale (box coordinates in
+    pixels next to class scores in [0, 1] would otherwise share one step size)."""
+    out_names: list[str] = []
+    out: list[np.ndarray] = []
+    for i, name in enumerate(names):
+        array = arrays[i] if i < len(arrays) else None
+        for label, axis, start, stop in (slices or {}).get(name, ()):
+            out_names.append(f"{name}[{label}]")
+            if array is not None:
+                index = [slice(None)] * array.ndim
+                index[axis] = slice(start, stop)
+                out.append(array[tuple(index)])
+        if name not in (slices or {}):
+            out_names.append(name)
+            if array is not None:
+                out.append(array)
+    return out_names, out
 
 
 def rebatch(batches: Iterable[tuple[torch.Tensor, ...]], size: int | None

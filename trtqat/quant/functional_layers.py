@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 _LINEAR = F.linear
 
@@ -34,16 +35,39 @@ class _RoutedFunctional:
         return _LINEAR(x, weight, bias)
 
 
+_MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+
+
+class _RoutedMatmuls(TorchFunctionMode):
+    """Sends the matrix products of one call through ``targets``, in order (Swin's
+    ``Q @ K^T`` then ``P @ V``); later products and every other op run as they are."""
+
+    def __init__(self, targets: list[nn.Module]) -> None:
+        super().__init__()
+        self._targets = list(targets)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _MATMULS and self._targets and len(args) == 2 and not kwargs:
+            return self._targets.pop(0)(args[0], args[1])
+        return func(*args, **kwargs)
+
+
 class _RoutedAttention:
-    """Forward of a torchvision Swin attention with ``qkv`` and ``proj`` quantized."""
+    """Forward of a torchvision Swin attention with ``qkv`` and ``proj`` quantized (and,
+    given ``matmul_qk``/``matmul_av``, both attention products)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torchvision.models import swin_transformer as swin
 
         routes = [(self.qkv.weight, self.qkv), (self.proj.weight, self.proj)]
+        products = [getattr(self, n, None) for n in ("matmul_qk", "matmul_av")]
         saved = swin.F
         swin.F = _RoutedFunctional(routes)  # read at call time by shifted_window_attention
         try:
+            if all(p is not None for p in products):
+                with _RoutedMatmuls(products):
+                    return super().forward(x)
             return super().forward(x)
         finally:
             swin.F = saved
@@ -68,6 +92,20 @@ def quantize_functional_layers(model: nn.Module) -> int:
             module.__class__ = new
             count += 1
     return count
+
+
+def quantize_window_attention(model: nn.Module, quant_desc_input=None) -> list[nn.Module]:
+    """Give every quantized Swin attention of ``model`` a ``matmul_qk`` and ``matmul_av``
+    (``QuantMatMul``) for its two attention products; returns the modules changed."""
+    from trtqat.quant.plugins.matmul import QuantMatMul
+
+    changed = []
+    for module in model.modules():
+        if isinstance(module, _RoutedAttention) and not hasattr(module, "matmul_qk"):
+            module.matmul_qk = QuantMatMul(quant_desc_input)
+            module.matmul_av = QuantMatMul(quant_desc_input)
+            changed.append(module)
+    return changed
 
 
 def _make(base_name: str) -> type:

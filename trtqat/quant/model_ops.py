@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
@@ -14,14 +13,14 @@ from tqdm.auto import tqdm
 
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.calib.registry import get_method, methods
-from trtqat.quant.descriptor import QuantDescriptor
+from trtqat.quant.config import QuantConfig
+from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=nn.Module)
-
 
 
 def __getattr__(name: str):
@@ -31,65 +30,67 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True)
-class QuantConfig:
-    """How :func:`quantize` turns float layers into Quant* layers.
-
-    Args:
-        quant_desc_input: descriptor of every input quantizer (default: each class's default).
-        quant_desc_weight: descriptor of every weight quantizer (default: per channel).
-        float_module_list: torch.nn class names to leave in float, e.g. ``("Linear",)``.
-        skip_layers: glob patterns of module names to leave in float, e.g. ``("fc", "layer1.*")``.
-    """
-
-    quant_desc_input: QuantDescriptor | None = None
-    quant_desc_weight: QuantDescriptor | None = None
-    float_module_list: tuple[str, ...] = field(default_factory=tuple)
-    skip_layers: tuple[str, ...] = field(default_factory=tuple)
-
-    def __post_init__(self) -> None:
-        for name in ("quant_desc_input", "quant_desc_weight"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, QuantDescriptor):
-                raise QuantConfigError(f"QuantConfig.{name} must be a QuantDescriptor, got {type(value).__name__}")
-        known = {cls.__name__ for cls in FLOAT_TO_QUANT}
-        object.__setattr__(self, "float_module_list", tuple(self.float_module_list))
-        object.__setattr__(self, "skip_layers", tuple(self.skip_layers))
-        unknown = set(self.float_module_list) - known
-        if unknown:
-            raise QuantConfigError(f"float_module_list names {sorted(unknown)}; choose from {sorted(known)}")
-
-
 def skipped(name: str, patterns: Iterable[str]) -> bool:
     """True if module ``name`` matches one of the glob ``patterns``."""
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def quantize(model: nn.Module, config: QuantConfig | None = None) -> nn.Module:
+def quantize(model: nn.Module, config: QuantConfig | None = None, *,
+             exact_types: bool = False) -> nn.Module:
     """Replace, in place, the float layers of an already built ``model`` by Quant* layers.
 
-    Layers keep their parameters (shared, not copied). Returns ``model``.
+    Layers keep their parameters (shared, not copied); subclasses that keep their base
+    class's forward are replaced too, unless ``exact_types`` (the rule of checkpoints
+    written before placement was recorded). Returns ``model``.
     """
     config = config or QuantConfig()
     float_names = set(config.float_module_list)
+    own_forward: list[str] = []
 
     def visit(parent: nn.Module, prefix: str) -> None:
         for child_name, child in list(parent.named_children()):
             full = f"{prefix}{child_name}"
-            cls = FLOAT_TO_QUANT.get(type(child))
-            if cls is not None and type(child).__name__ not in float_names and not skipped(full, config.skip_layers):
+            cls = FLOAT_TO_QUANT.get(type(child)) if exact_types else quant_class(child)
+            if cls is None and not exact_types and type(child) not in FLOAT_TO_QUANT and any(
+                    isinstance(child, base) for base in FLOAT_TO_QUANT) and \
+                    not isinstance(child, QUANT_LAYERS):
+                own_forward.append(f"{full} ({type(child).__name__})")
+            if cls is not None and cls.__bases__[0].__name__ not in float_names \
+                    and not skipped(full, config.skip_layers):
                 setattr(parent, child_name, cls.from_float(child, config.quant_desc_input, config.quant_desc_weight))
-            else:
+            elif not isinstance(child, nn.MultiheadAttention):  # its own plugin quantizes it
                 visit(child, full + ".")
 
     if type(model) in FLOAT_TO_QUANT:
         raise QuantConfigError("quantize() takes a model that contains layers, not a single layer: use QuantXxx.from_float(layer)")
     visit(model, "")
+    if own_forward:
+        log.warning("NOTE %d layer(s) subclass a quantizable layer with a forward of their own, "
+                    "so they stay float: %s", len(own_forward), ", ".join(own_forward[:5]))
     from trtqat.quant.functional_layers import quantize_functional_layers
 
     quantize_functional_layers(model)  # Swin attention: F.linear on QuantLinear weights
     name_quantizers(model)
     return model
+
+
+# subclasses whose forward computes exactly what their base class computes
+_SAME_FORWARD = {"timm.layers.linear.Linear", "torch.nn.modules.linear.NonDynamicallyQuantizableLinear"}
+
+
+def quant_class(module: nn.Module) -> type | None:
+    """The Quant* class that replaces ``module``: its own class's, or its base class's for
+    a subclass that keeps the base forward (timm's ``Linear``); None otherwise."""
+    cls = type(module)
+    if cls in FLOAT_TO_QUANT:
+        return FLOAT_TO_QUANT[cls]
+    if isinstance(module, QUANT_LAYERS):
+        return None
+    for base, quant in FLOAT_TO_QUANT.items():
+        if isinstance(module, base) and (cls.forward is base.forward or
+                                         f"{cls.__module__}.{cls.__qualname__}" in _SAME_FORWARD):
+            return quant
+    return None
 
 
 def modules_of(model: nn.Module, cls: type[M]) -> Iterator[tuple[str, M]]:
@@ -113,19 +114,43 @@ def name_quantizers(model: nn.Module) -> None:
 def disable_layers(model: nn.Module, patterns: Iterable[str]) -> list[str]:
     """Disable the quantizers of modules whose name matches a glob pattern; returns them.
 
-    Those layers keep their float path (no fake quant, no Q/DQ in an exported ONNX).
+    Those layers keep their float path (no fake quant, no Q/DQ in an exported ONNX). A
+    quantizer shared with modules the patterns leave alone (a Concat or MaxPool scale
+    group) stays on for them: the matched module gets a disabled copy of its own.
     """
     patterns = tuple(patterns)
     hit = []
     for name, module in model.named_modules():
-        if name and skipped(name, patterns):
-            for _, q in quantizers(module):
-                q.disable()
-            if any(True for _ in quantizers(module)):
-                hit.append(name)
+        if name and skipped(name, patterns) and any(True for _ in quantizers(module)):
+            hit.append(name)
     if patterns and not hit:
         raise QuantConfigError(f"--skip-layers {','.join(patterns)} matches no quantized layer; list layer names with `trtqat sensitivity`")
+    prefixes = tuple(f"{h}." for h in hit)
+    names: dict[int, list[str]] = {}
+    objects: dict[int, TensorQuantizer] = {}
+    for name, q in model.named_modules(remove_duplicate=False):
+        if isinstance(q, TensorQuantizer):
+            names.setdefault(id(q), []).append(name)
+            objects[id(q)] = q
+    for key, all_names in names.items():
+        inside = [n for n in all_names if n in hit or n.startswith(prefixes)]
+        if not inside:
+            continue
+        if len(inside) == len(all_names):
+            objects[key].disable()
+            continue
+        for name in inside:  # shared with modules left quantized: a disabled copy here
+            parent, _, attr = name.rpartition(".")
+            copy_ = _copy_module(objects[key])
+            copy_.disable()
+            setattr(model.get_submodule(parent) if parent else model, attr, copy_)
     return hit
+
+
+def _copy_module(q: TensorQuantizer) -> TensorQuantizer:
+    import copy
+
+    return copy.deepcopy(q)
 
 
 def _set_calibration(model: nn.Module, on: bool) -> None:
@@ -164,16 +189,65 @@ def disable_quantization(model: nn.Module) -> None:
 
 def _batch_input(batch):
     """The model input of a batch: the first item of ``(inputs, labels)``, else the batch."""
-    return batch[0] if isinstance(batch, (list, tuple)) else batch
+    if isinstance(batch, (list, tuple)):
+        first = batch[0]
+        return first if isinstance(first, (torch.Tensor, dict, tuple, list)) else batch
+    return batch
+
+
+def _batch_call(model: nn.Module, batch, device) -> None:
+    x = _batch_input(batch)
+    if device is not None:
+        x = _to(x, device)
+    if isinstance(x, dict):
+        model(**x)
+    elif isinstance(x, (tuple, list)):
+        model(*x)
+    else:
+        model(x)
+
+
+def _to(x, device):
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, dict):
+        return {k: _to(v, device) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to(v, device) for v in x)
+    return x
+
+
+def _collected(q: TensorQuantizer) -> bool:
+    c = q._calibrator
+    return not (getattr(c, "_calib_amax", 0) is None or getattr(c, "_hist", 0) is None)
+
+
+def leave_out_unused(model: nn.Module) -> list[str]:
+    """Disable the enabled quantizers whose calibrator saw no data (their module never ran:
+    an unused head, an auxiliary branch); one NOTE line names them. Returns their names."""
+    unused = [n for n, q in quantizers(model)
+              if q._calibrator is not None and not q.disabled and q._amax is None
+              and not _collected(q)]
+    for name in unused:
+        model.get_submodule(name).disable()
+    if unused:
+        shown = ", ".join(unused[:6]) + (f" (+{len(unused) - 6} more)" if len(unused) > 6 else "")
+        log.warning("NOTE %d quantizer(s) never ran during calibration, so they are left out "
+                    "(float): %s", len(unused), shown)
+    return unused
 
 
 @torch.no_grad()
 def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | None = None,
-                  device: torch.device | str | None = None, progress: bool = True) -> int:
+                  device: torch.device | str | None = None, progress: bool = True,
+                  left_out: list[str] | None = None) -> int:
     """Run up to ``num_batches`` batches through ``model`` with calibration enabled.
 
-    Returns the number of batches seen. Under torch.distributed, statistics are merged
-    across ranks afterwards so that every rank computes the same amax.
+    A batch is the model input (a tensor, a tuple of positional inputs, a dict of keyword
+    inputs) or ``(inputs, labels)``. Returns the number of batches seen. Under
+    torch.distributed, statistics are merged across ranks afterwards so that every rank
+    computes the same amax. Quantizers that saw no data are disabled with one NOTE line
+    (:func:`leave_out_unused`); their names are appended to ``left_out``.
     """
     if num_batches is not None and num_batches < 1:
         raise CalibrationError(f"num_batches must be >= 1, got {num_batches}")
@@ -192,10 +266,7 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
             except TypeError:
                 total = None
         for batch in tqdm(data_loader, total=total, desc="calibrate", disable=not progress_bars(progress), leave=False):
-            x = _batch_input(batch)
-            if device is not None:
-                x = {k: v.to(device) for k, v in x.items()} if isinstance(x, dict) else x.to(device)
-            model(**x) if isinstance(x, dict) else model(x)
+            _batch_call(model, batch, device)
             seen += 1
             if num_batches is not None and seen >= num_batches:
                 break
@@ -208,6 +279,9 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
         from trtqat.quant.calib.distributed import sync_calibrators
 
         sync_calibrators([q._calibrator for _, q in quantizers(model) if q._calibrator is not None])
+    unused = leave_out_unused(model)
+    if left_out is not None:
+        left_out.extend(unused)
     return seen
 
 

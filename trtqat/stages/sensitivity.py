@@ -56,7 +56,8 @@ def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
     refuse_foreign_outputs(out)  # before the sweep, not after it
     model, units, batches, info, family = load_for_sensitivity(cfg)
     t0 = time.perf_counter()
-    runner = make_runner(model, units, cfg.cache)
+    runner = make_runner(model, units, cfg.cache,
+                         cfg.metric_output or info.get("metric_output"))
     baselines, per_layer = run_sweep(runner, units, cfg.mode, batches, cfg.progress, family)
     rows = rank(per_layer, units, baselines, cfg.mode, cfg.metric)
     elapsed = time.perf_counter() - t0

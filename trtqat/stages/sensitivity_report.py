@@ -69,7 +69,8 @@ def load_for_sensitivity(cfg: SensitivityConfig):
     info = {"checkpoint": str(cfg.checkpoint), "stage": stage, "arch": spec["arch"], **info,
             "batches": len(batches), "skip_layers": list(spec.get("skip_layers") or []),
             "fp32_checkpoint": calib.get("source"), "calib_method": calib.get("method"),
-            "calib_percentile": calib.get("percentile"), "device": str(device)}
+            "calib_percentile": calib.get("percentile"), "device": str(device),
+            "metric_output": spec.get("metric_output")}
     return model, units, batches, info, family
 
 

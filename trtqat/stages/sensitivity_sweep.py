@@ -16,6 +16,7 @@ from torch import fx, nn
 from tqdm.auto import tqdm
 
 from trtqat.families.types import SensitivityError
+from trtqat.outputs import select
 from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
@@ -45,6 +46,7 @@ class SensitivityConfig:
     cache: bool = True  # False: full forward passes only
     device: str = "cpu"
     progress: bool = True
+    metric_output: str | None = None  # several outputs: the one scored (default: the first)
 
     def __post_init__(self) -> None:
         if not str(self.checkpoint):
@@ -107,6 +109,7 @@ class PlainRunner:
     """Every configuration is a full forward pass of the model with quantizers switched."""
 
     engine = "plain"
+    which: str | None = None  # the output scored (--metric-output; None: the first)
 
     def __init__(self, model: nn.Module, units: dict[str, list[TensorQuantizer]]) -> None:
         self.model, self.units = model.eval(), units
@@ -116,7 +119,7 @@ class PlainRunner:
         for name, qs in self.units.items():
             for q in qs:
                 q.enable() if name in quantized else q.disable()
-        return self.model(x)
+        return select(self.model(x), self.which)
 
     def sweep(self, base: frozenset[str], layers: list[str], x: torch.Tensor
               ) -> Iterator[torch.Tensor]:
@@ -149,6 +152,7 @@ class CachedRunner:
     """
 
     engine = "cached"
+    which: str | None = None  # the output scored (--metric-output; None: the first)
 
     def __init__(self, model: nn.Module, units: dict[str, list[TensorQuantizer]]) -> None:
         fmodel = copy.deepcopy(model).eval()
@@ -177,12 +181,19 @@ class CachedRunner:
         self.output = next(n for n in self.nodes if n.op == "output")
         self.fmods = {n.target: self.gm.get_submodule(n.target) for n in self.nodes
                       if n.op == "call_module"}
-        self.qmods = {name: qmodel.get_submodule(name) for name in units if name in self.fmods}
+        # a quantizer shared by several layers (a Concat/MaxPool scale group) is called under
+        # one name from several places: every call belongs to the unit that owns it
+        owner = {id(q): unit for unit, qs in units.items() for q in qs}
+        modules = dict(model.named_modules())
+        self.unit_of = {t: owner.get(id(modules.get(t)), t) for t in self.fmods}
+        self.qmods = {t: qmodel.get_submodule(t) for t, unit in self.unit_of.items()
+                      if unit in units}
         self.downstream = {name: self._below(name) for name in units}
 
     def _below(self, layer: str) -> list[fx.Node]:
         seen: set[fx.Node] = set()
-        stack = [n for n in self.nodes if n.op == "call_module" and n.target == layer]
+        stack = [n for n in self.nodes if n.op == "call_module"
+                 and self.unit_of.get(n.target) == layer]
         while stack:
             node = stack.pop()
             if node not in seen:
@@ -198,7 +209,7 @@ class CachedRunner:
             args = fx.node.map_arg(node.args, get)
             kwargs = fx.node.map_arg(node.kwargs, get)
             if node.op == "call_module":
-                mods = self.qmods if node.target in quantized else self.fmods
+                mods = self.qmods if self.unit_of.get(node.target) in quantized else self.fmods
                 env[node] = mods.get(node.target, self.fmods[node.target])(*args, **kwargs)
             elif node.op == "call_function":
                 env[node] = node.target(*args, **kwargs)
@@ -217,27 +228,35 @@ class CachedRunner:
 
     def logits(self, quantized: frozenset[str], x: torch.Tensor) -> torch.Tensor:
         """Output with exactly the layers in ``quantized`` quantized (a full pass)."""
-        return self._run(self.nodes, self._env(x), quantized)
+        return select(self._run(self.nodes, self._env(x), quantized), self.which)
 
     def sweep(self, base: frozenset[str], layers: list[str], x: torch.Tensor
               ) -> Iterator[torch.Tensor]:
         """Outputs of ``base`` with each layer toggled: only its downstream nodes re-run."""
         env = self._env(x)
-        out = self._run(self.nodes, env, base)
+        out = select(self._run(self.nodes, env, base), self.which)
         for layer in layers:
             below = self.downstream[layer]
             if not below:
                 yield out
                 continue
-            yield self._run(below, dict(env), base ^ {layer})
+            yield select(self._run(below, dict(env), base ^ {layer}), self.which)
 
     def restore(self) -> None:
         """Nothing to undo: the loaded model is never switched."""
 
 
-def make_runner(model: nn.Module, units: dict[str, list[TensorQuantizer]], cache: bool = True
-                ) -> PlainRunner | CachedRunner:
-    """The cached fx runner, or the plain one if asked or if tracing fails (logged)."""
+def make_runner(model: nn.Module, units: dict[str, list[TensorQuantizer]], cache: bool = True,
+                which: str | None = None) -> PlainRunner | CachedRunner:
+    """The cached fx runner, or the plain one if asked or if tracing fails (logged);
+    ``which`` names the output scored when the model returns several."""
+    runner = _make_runner(model, units, cache)
+    runner.which = which
+    return runner
+
+
+def _make_runner(model: nn.Module, units: dict[str, list[TensorQuantizer]], cache: bool
+                 ) -> PlainRunner | CachedRunner:
     if cache:
         try:
             return CachedRunner(model, units)

@@ -88,16 +88,12 @@ def quantized_model(name: str, num_classes: int = 10) -> nn.Module:
 
 
 def quantize_model(model: nn.Module) -> nn.Module:
-    """Quantize an already built torchvision model as :func:`quantized_model` does (max
-    calibrators, residual quantizers, Swin's functional projections), in place."""
-    from trtqat.families.cnn.models import add_residual_quantizers
+    """Quantize an already built model as :func:`quantized_model` does (max calibrators,
+    the CLI's Q/DQ placement), in place."""
+    from trtqat.families.cnn.models import quantize_classifier
     from trtqat.quant.descriptor import QuantDescriptor
-    from trtqat.quant.model_ops import QuantConfig, name_quantizers, quantize
 
-    desc = QuantDescriptor(num_bits=8)
-    quantize(model, QuantConfig(quant_desc_input=desc))
-    add_residual_quantizers(model, desc)
-    name_quantizers(model)
+    quantize_classifier(model, quant_desc_input=QuantDescriptor(num_bits=8))
     return model
 
 

@@ -73,23 +73,23 @@ class CNNFamily(ModelFamily):
         quantized = bool(spec.get("quantized")) if quantized is None else quantized
         model = self.build(source_of(spec), int(spec["num_classes"]))
         if quantized:
-            self.quantize(model, tuple(spec.get("skip_layers") or ()))
+            self.quantize(model, tuple(spec.get("skip_layers") or ()),
+                          placement=placement_of(spec))
         state = ckpt["state_dict"]
         if not quantized:
             state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
         fit_checkpoint_state(model, state, spec)
         return model
 
-    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
-        """Quant* layers in place (activations histogram-calibrated), a quantizer on the
-        identity input of torchvision residual blocks; ``skip_layers`` stay float."""
-        from trtqat.families.cnn.models import QUANT_DESC_INPUT, add_residual_quantizers
-        from trtqat.quant.model_ops import QuantConfig, disable_layers, quantize
+    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
+                 placement: str | None = None) -> nn.Module:
+        """TensorRT's Q/DQ placement in place (``trtqat.quant.placement``: layers, residual
+        Adds, Concat/MaxPool shared scales, attention), activations histogram-calibrated;
+        ``skip_layers`` stay float. ``placement``: the one a checkpoint was calibrated with
+        (``placement_of(spec)``; None: the current one)."""
+        from trtqat.families.cnn.models import quantize_classifier
 
-        add_residual_quantizers(model, QUANT_DESC_INPUT)
-        quantize(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
-        if skip_layers:
-            disable_layers(model, tuple(skip_layers))
+        quantize_classifier(model, skip_layers, placement)
         return model
 
     # ---- data and recipe ----------------------------------------------------------------
@@ -189,8 +189,18 @@ class CNNFamily(ModelFamily):
         axes = tuple(spec.get("dynamic", ("batch",) if batch is None else ()))
         where = {"batch": 0, "height": 2, "width": 3}
         dims = {where[a]: a for a in axes if a in where}
-        return ExportInputs((images,), ["input"], ["output"],
-                            {"input": dims, "output": {0: "batch"} if 0 in dims else {}})
+        names = ["output"]
+        if model is not None:  # several outputs (tuple, list, dict): each exported by name
+            import torch
+
+            from trtqat.outputs import flatten
+
+            was = model.training
+            with torch.no_grad():
+                names = [n for n, _ in flatten(model.eval()(images))]
+            model.train(was)
+        return ExportInputs((images,), ["input"], names,
+                            {"input": dims, **{n: {0: "batch"} for n in names if 0 in dims}})
 
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
                      context: CheckContext | None = None) -> list[Check]:
@@ -228,6 +238,17 @@ class CNNFamily(ModelFamily):
         from trtqat.families.cnn.sensitivity import image_batches
 
         return image_batches(ckpt, cfg, device)
+
+
+def placement_of(spec: dict[str, Any]) -> str:
+    """The Q/DQ placement a checkpoint's quantizers were made with: its ``placement``, or
+    the legacy one for quantized checkpoints written before it was recorded."""
+    from trtqat.families.cnn.models import LEGACY
+    from trtqat.quant.placement import PLACEMENT_VERSION
+
+    if spec.get("placement"):
+        return str(spec["placement"])
+    return LEGACY if spec.get("quantized") else PLACEMENT_VERSION
 
 
 def fit_checkpoint_state(model: nn.Module, state: dict[str, Any], spec: dict[str, Any],

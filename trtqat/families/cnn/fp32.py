@@ -10,6 +10,7 @@ from torch import nn
 from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.cnn.model_source import load_weights
 from trtqat.families.types import StageResult
+from trtqat.outputs import scoring
 from trtqat.runs import distributed as D
 from trtqat.runs import recipes as R
 from trtqat.runs.health import kept_message
@@ -39,10 +40,12 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
         resume_ckpt = R.load_resume(out, "fp32", args, ctx) if cfg.resume else None
         model, source = build_float_model(family, cfg.model, num_classes, cfg.weights,
                                           image_size=prep.image_size, channels=prep.channels)
+        model.register_forward_hook(scoring(cfg.metric_output))  # several outputs: one scored
         model = acc.prepare(model.to(ctx.device))
         spec = {"arch": family.arch(cfg.model), "family": family.name,
                 "num_classes": num_classes, "image_size": prep.image_size, "quantized": False,
-                "skip_layers": [], "source": source, "preprocess": prep.to_dict()}
+                "skip_layers": [], "source": source, "preprocess": prep.to_dict(),
+                **({"metric_output": cfg.metric_output} if cfg.metric_output else {})}
         optimizer = R.build_optimizer(cfg.opt, model, cfg.lr, cfg.momentum, cfg.weight_decay)
         steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
         # Warm-up takes at most half of the schedule (short runs keep their cosine decay).

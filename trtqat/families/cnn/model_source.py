@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
+from trtqat.outputs import select
 
 log = logging.getLogger(__name__)
 
@@ -343,8 +344,10 @@ def _check_model_file(path: Path, rec: dict[str, Any]) -> None:
                            "file, or review it and pass --trust-model-file")
 
 
-def output_classes(model: nn.Module, channels: int, size: tuple[int, int]) -> int:
-    """The class count of a float classifier, from one forward pass on zeros."""
+def output_classes(model: nn.Module, channels: int, size: tuple[int, int],
+                   which: str | int | None = None) -> int:
+    """The class count of a float classifier, from one forward pass on zeros (the output
+    ``which`` names when the model returns several, else the first)."""
     was = model.training
     model.eval()
     try:
@@ -356,7 +359,7 @@ def output_classes(model: nn.Module, channels: int, size: tuple[int, int]) -> in
                                "check --image-size and --channels") from None
     finally:
         model.train(was)
-    out = out[0] if isinstance(out, (tuple, list)) else out
+    out = select(out, which)
     if not isinstance(out, torch.Tensor) or out.ndim != 2:
         raise ModelSourceError("the model must return logits of shape (batch, classes), got "
                                f"{getattr(out, 'shape', type(out).__name__)}; for a detector "

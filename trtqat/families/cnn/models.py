@@ -1,29 +1,31 @@
-"""Classification models by name (torchvision), float or quantized.
+"""Classification models by name (torchvision), float or quantized, and the CNN family's
+quantization: TensorRT's Q/DQ placement (:func:`trtqat.quant.placement.place`) with
+histogram-calibrated activations.
 
-Quantized models are built under ``quant_modules.initialize()``; torchvision ResNet blocks
-also get a quantizer on the identity input of their Add, so TensorRT can fuse conv + add
-and keep the block in INT8.
+Checkpoints written before the graph placement (no ``placement`` in their spec) are
+rebuilt with the placement they were calibrated with (``LEGACY``): layer quantizers and a
+quantizer on the identity input of torchvision's BasicBlock/Bottleneck.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 
-import torch
 import torchvision
 from torch import nn
-from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from trtqat.errors import TrtqatError
 from trtqat.quant import quant_modules
+from trtqat.quant.config import QuantConfig
 from trtqat.quant.descriptor import QuantDescriptor
-from trtqat.quant.functional_layers import quantize_functional_layers
-from trtqat.quant.model_ops import name_quantizers
-from trtqat.quant.tensor_quantizer import TensorQuantizer
+from trtqat.quant.model_ops import disable_layers
+from trtqat.quant.placement import PLACEMENT_VERSION, Placement, place
 
 # Activations are calibrated with histograms: max, percentile, MSE and entropy all come from
 # one collection pass.
 QUANT_DESC_INPUT = QuantDescriptor(num_bits=8, calib_method="histogram")
+LEGACY = "legacy"
 
 
 class UnknownModelError(TrtqatError, ValueError):
@@ -44,44 +46,45 @@ def _check_name(name: str) -> None:
         raise UnknownModelError(f"unknown model {name!r}: {hint}")
 
 
-class _QuantResidual:
-    """Forward of a torchvision residual block with the identity input quantized."""
+def _torchvision_block(module: nn.Module) -> bool:
+    from torchvision.models.resnet import BasicBlock, Bottleneck
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        if isinstance(self, Bottleneck):
-            out = self.relu(self.bn2(self.conv2(out)))
-            out = self.bn3(self.conv3(out))
-        else:
-            out = self.bn2(self.conv2(out))
-        out = out + self.residual_quantizer(identity)
-        return self.relu(out)
+    return getattr(type(module), "_trtqat_base", type(module)) in (BasicBlock, Bottleneck)
 
 
-class QuantBasicBlock(_QuantResidual, BasicBlock):
-    """torchvision BasicBlock with a quantized residual input."""
-
-
-class QuantBottleneck(_QuantResidual, Bottleneck):
-    """torchvision Bottleneck with a quantized residual input."""
+def quantize_classifier(model: nn.Module, skip_layers: Sequence[str] = (),
+                        placement: str | None = None,
+                        quant_desc_input: QuantDescriptor = QUANT_DESC_INPUT) -> Placement:
+    """Quantize ``model`` in place with ``placement`` (:data:`PLACEMENT_VERSION`, or
+    :data:`LEGACY` for old checkpoints); ``skip_layers`` globs are disabled afterwards
+    (float on purpose, the quantizers kept so checkpoints stay loadable)."""
+    if placement == LEGACY:
+        cfg = QuantConfig(quant_desc_input=quant_desc_input, concat=False, pool=False,
+                          attention=False)
+        result = place(model, cfg, modules=_torchvision_block, exact_types=True)
+    elif placement in (None, PLACEMENT_VERSION):
+        result = place(model, QuantConfig(quant_desc_input=quant_desc_input))
+    else:
+        raise TrtqatError(f"the checkpoint was quantized with placement {placement!r}, which "
+                          f"this trtqat does not know ({PLACEMENT_VERSION}, {LEGACY}): "
+                          "upgrade trtqat")
+    if skip_layers:
+        disable_layers(model, tuple(skip_layers))
+    return result
 
 
 def add_residual_quantizers(model: nn.Module,
                             quant_desc: QuantDescriptor = QUANT_DESC_INPUT) -> int:
-    """Give every torchvision ResNet block a quantizer on its identity input; returns the count."""
-    count = 0
-    for module in model.modules():
-        if type(module) in (BasicBlock, Bottleneck):
-            module.__class__ = QuantBasicBlock if type(module) is BasicBlock else QuantBottleneck
-            module.residual_quantizer = TensorQuantizer(quant_desc)
-            count += 1
-    return count
+    """The legacy placement: quantizers on the identity input of torchvision's residual
+    blocks (and the layers); returns how many residual quantizers were added."""
+    result = quantize_classifier(model, (), LEGACY, quant_desc)
+    return sum(1 for _, rule in result.added if rule == "residual-add")
 
 
 def build_model(name: str, num_classes: int, quantized: bool = False,
                 quant_desc_input: QuantDescriptor = QUANT_DESC_INPUT) -> nn.Module:
-    """A randomly initialised torchvision classification model, float or fake-quantized."""
+    """A randomly initialised torchvision classification model, float or fake-quantized
+    (built under ``quant_modules.initialize()``, then placed like the CLI does)."""
     _check_name(name)
     if num_classes < 2:
         raise TrtqatError(f"--num-classes must be >= 2, got {num_classes}")
@@ -99,7 +102,5 @@ def build_model(name: str, num_classes: int, quantized: bool = False,
     finally:
         for c, d in zip(classes, saved):
             c.default_quant_desc_input = d
-    add_residual_quantizers(model, quant_desc_input)
-    quantize_functional_layers(model)  # Swin attention calls F.linear on its layers' weights
-    name_quantizers(model)
+    quantize_classifier(model, (), PLACEMENT_VERSION, quant_desc_input)
     return model

@@ -16,7 +16,10 @@ import torch
 
 from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.types import StageResult
+from trtqat.outputs import scoring
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers, quantizers
+from trtqat.quant.placement import PLACEMENT_VERSION
+from trtqat.quant.placement.describe import owners
 from trtqat.runs import distributed as D
 from trtqat.runs import recipes as R
 from trtqat.runs.checkpoint import CheckpointError, copy_checkpoint, save_checkpoint
@@ -67,6 +70,10 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
         else:
             model, spec = _start_from_float(family, cfg, prep)
         spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
+        which = cfg.metric_output or spec.get("metric_output")
+        model.register_forward_hook(scoring(which))  # several outputs: the one scored
+        if which:
+            spec["metric_output"] = which
         if batches.classes and batches.classes > int(spec["num_classes"]):
             raise CheckpointError(f"the data has {batches.classes} classes but the "
                                   f"{spec['arch']} predicts {spec['num_classes']}")
@@ -76,8 +83,9 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
         progress = cfg.progress and ctx.is_main
         t0 = time.perf_counter()
         with acc.autocast():  # statistics are collected eagerly; --compile is for evaluation
+            left_out: list[str] = []  # quantizers of modules that never ran: float
             seen = collect_stats(model, batches.train, cfg.num_batches, device=ctx.device,
-                                 progress=progress)
+                                 progress=progress, left_out=left_out)
         compute_amax(model, method, **({"percentile": cfg.percentile}
                                        if method == "percentile" else {}))
         calib_s = time.perf_counter() - t0
@@ -97,7 +105,8 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
                          data=data, image_size=prep.image_size, resize=prep.resize,
                          mean=prep.mean, std=prep.std, channels=prep.channels,
                          batch_size=batch_size, world_size=ctx.world_size, method=method)
-        spec.update(quantized=True, skip_layers=list(cfg.skip_layers))
+        skip = list(dict.fromkeys([*cfg.skip_layers, *owners(left_out)]))
+        spec.update(quantized=True, skip_layers=skip, placement=PLACEMENT_VERSION)
         calib = {"method": method, "percentile": cfg.percentile,
                  "num_batches": cfg.num_batches, "batches_seen": seen,
                  "world_size": ctx.world_size,
@@ -135,7 +144,7 @@ def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any
     info = family.origin(cfg.model)
     if cfg.weights:
         info.update(load_weights(model, cfg.model, cfg.weights))
-    classes = output_classes(model, prep.channels, prep.size)
+    classes = output_classes(model, prep.channels, prep.size, cfg.metric_output)
     spec = {"arch": family.arch(cfg.model), "num_classes": classes, "quantized": True,
             "skip_layers": [], "source": info}
     return family.quantize(model), spec

@@ -18,6 +18,7 @@ from trtqat.errors import QuantizerStateError
 from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.cnn.fp32 import top1_or_none
 from trtqat.families.types import StageResult
+from trtqat.outputs import scoring
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.runopts import FP32_DEFAULTS
 from trtqat.runs import distributed as D
@@ -93,6 +94,10 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
         spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
         resume_ckpt = R.load_resume(out, "qat", args, ctx) if cfg.resume else None
         model = family.load(src).to(ctx.device)
+        which = cfg.metric_output or spec.get("metric_output")
+        model.register_forward_hook(scoring(which))  # several outputs: the one trained on
+        if which:
+            spec["metric_output"] = which
         if cfg.skip_layers:  # left in float for fine-tuning; recorded with the calibrate-time ones
             disable_layers(model, cfg.skip_layers)
             spec["skip_layers"] = list(dict.fromkeys([*(spec.get("skip_layers") or []),

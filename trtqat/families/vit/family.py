@@ -32,6 +32,7 @@ from torch import nn
 from trtqat.errors import QuantConfigError, TrtqatError
 from trtqat.families.base import EngineHints
 from trtqat.families.cnn import CNNFamily, fit_checkpoint_state
+from trtqat.families.cnn.family import placement_of
 from trtqat.quant.plugins.mha import (  # noqa: F401 (re-exported)
     QKV,
     ViTSelfAttention,
@@ -149,14 +150,14 @@ class ViTFamily(CNNFamily):
         """Checkpoint ``model.source``: the configuration, built by this family."""
         return {"model": self.arch(model), "kind": self.name}
 
-    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = ()) -> nn.Module:
-        """In place: attention modules made quantizable (:class:`ViTSelfAttention`), Q/DQ on
-        every Conv/Linear input (weights per channel) and on both operands of the attention
-        matmuls; activations histogram-calibrated. ``skip_layers`` globs keep matching
-        layers (or whole attention modules, e.g. ``*.encoder_layer_0.*``) in float."""
-        from trtqat.families.cnn.models import QUANT_DESC_INPUT
-        from trtqat.quant.model_ops import QuantConfig, disable_layers, name_quantizers
-        from trtqat.quant.model_ops import quantize as quantize_layers
+    def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
+                 placement: str | None = None) -> nn.Module:
+        """In place: attention modules made quantizable (:class:`ViTSelfAttention`), then
+        TensorRT's Q/DQ placement (``trtqat.quant.placement``: every Conv/Linear input,
+        weights per channel, both operands of the attention matmuls); activations
+        histogram-calibrated. ``skip_layers`` globs keep matching layers (or whole
+        attention modules, e.g. ``*.encoder_layer_0.*``) in float."""
+        from trtqat.families.cnn.models import QUANT_DESC_INPUT, quantize_classifier
         from trtqat.quant.plugins.matmul import QuantMatMul
 
         replace_attention(model)
@@ -169,10 +170,7 @@ class ViTFamily(CNNFamily):
                 m.matmul_qk = QuantMatMul(QUANT_DESC_INPUT)
             if not isinstance(getattr(m, "matmul_av", None), QuantMatMul):
                 m.matmul_av = QuantMatMul(QUANT_DESC_INPUT)
-        quantize_layers(model, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
-        if skip_layers:
-            disable_layers(model, tuple(skip_layers))
-        name_quantizers(model)
+        quantize_classifier(model, skip_layers, placement)
         return model
 
     def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
@@ -193,7 +191,7 @@ class ViTFamily(CNNFamily):
         skip = tuple(spec.get("skip_layers") or ())
         state = dict(ckpt["state_dict"])
         if holds_quant and quantized:
-            self.quantize(model, skip)
+            self.quantize(model, skip, placement=placement_of(spec))
             _fit(model, state, spec)
             return model
         # torchvision's keys (q/k/v fused back when the file holds split projections)

@@ -25,7 +25,7 @@ from torch import nn
 
 from trtqat.errors import QuantConfigError
 from trtqat.quant.descriptor import QuantDescriptor
-from trtqat.quant.model_ops import QuantConfig, modules_of, name_quantizers, quantize
+from trtqat.quant.model_ops import QuantConfig, modules_of, name_quantizers
 from trtqat.quant.plugins.matmul import QuantMatMul
 
 log = logging.getLogger(__name__)
@@ -146,13 +146,16 @@ def quantize_transformer(model: nn.Module, quant_desc_input: QuantDescriptor | N
     """Quantize a Hugging Face encoder in place: Linear layers and the attention matmuls.
 
     Linear weights are quantized per row (max calibration), every activation per tensor
-    with ``quant_desc_input`` (default: 8-bit, histogram calibration). ``skip_layers``
+    with ``quant_desc_input`` (default: 8-bit, histogram calibration); the rest of TensorRT's
+    placement (:func:`trtqat.quant.placement.place`) applies to any module around the encoder. ``skip_layers``
     globs (e.g. ``"*.layer.0.*"``) keep matching Linear layers, and the attention matmuls
     of matching attention modules, in float. Returns ``model``.
     """
+    from trtqat.quant.placement import place
+
     desc = quant_desc_input or QUANT_DESC_ACTIVATION
-    quantize_attention(model, desc)
-    quantize(model, QuantConfig(quant_desc_input=desc, skip_layers=tuple(skip_layers)))
+    quantize_attention(model, desc)  # raises when the model has no attention to quantize
+    place(model, QuantConfig(quant_desc_input=desc, skip_layers=tuple(skip_layers)))
     if skip_layers:
         from trtqat.quant.model_ops import skipped
 

@@ -14,6 +14,7 @@ import numpy as np
 from trtqat.engines.registry import DEFAULT_BACKEND, backend_info
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
+from trtqat.outputs import select
 from trtqat.stages.compare.data import EvalData, feed_for
 from trtqat.stages.compare.report import (
     VariantResult,
@@ -52,6 +53,7 @@ class CompareConfig:
     max_length: int = 128  # encoders: tokens per sentence (timing pads to exactly this)
     num_sentences: int = 500  # encoders: held-out sentences scored
     model: str | None = None  # encoders: reference/tokenizer for --onnx files without a run
+    metric_output: str | None = None  # several outputs: the one scored (default: the first)
 
     def __post_init__(self) -> None:
         if not self.run and not self.onnx:
@@ -112,7 +114,11 @@ def score(runner, data: EvalData, names: list[str], family, source: Path
     outs = []
     for batch in data.batches:
         result = runner.infer(feed_for(batch, names, source))
-        out = result.get(data.output) if data.output else None
+        out = None
+        if data.output:
+            out = result.get(data.output)
+            if out is None:
+                out = select(dict(result), data.output)
         outs.append((out if out is not None else next(iter(result.values())))
                     .astype(np.float32))
         check_finite_arrays([("outputs", outs[-1])], "the engine's output", "not measured; "
@@ -248,6 +254,8 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
         variants = [v for v in variants if v.name in cfg.variants]
     family = _family(variants, cfg)
     data = family.compare_data(variants, settings, cfg)
+    if cfg.metric_output:  # several outputs: the one scored (a name or an index)
+        data.output = cfg.metric_output
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     Path(cfg.export_dir).mkdir(parents=True, exist_ok=True)
     results, timed = [], []

@@ -1,0 +1,115 @@
+"""``trtqat.quantize``: the quantizers ``trtqat calibrate`` places, and calibration, in one call.
+
+    import trtqat
+    model = trtqat.quantize(model, {"method": "entropy"}, forward_loop=calib_loader)
+    trtqat.export_onnx(model, example, "model-int8.onnx")
+
+``forward_loop`` is ModelOpt's idiom (a callable that runs the model over calibration data)
+or any iterable of batches (tensors, ``(inputs, labels)`` pairs, dicts of keyword inputs).
+A model built under ``quant_modules.initialize()`` (pytorch-quantization's flow) keeps its
+Quant* layers and their quantizers; ``quantize`` adds what the placement needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.quant.config import QuantConfig
+from trtqat.quant.model_ops import (
+    collect_stats,
+    compute_amax,
+    disable_calibration,
+    disable_layers,
+    enable_calibration,
+    leave_out_unused,
+    name_quantizers,
+    quantizers,
+)
+from trtqat.quant.modules import FLOAT_TO_QUANT
+from trtqat.quant.placement import Placement, place
+from trtqat.quant.placement.verify import verify_placement
+
+log = logging.getLogger(__name__)
+
+ForwardLoop = Callable[[nn.Module], Any] | Iterable[Any]
+
+
+def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = None, *,
+             forward_loop: ForwardLoop | None = None,
+             example_inputs: Any = None) -> nn.Module:
+    """Quantize ``model`` in place with TensorRT's Q/DQ placement; calibrate it when
+    ``forward_loop`` is given. Returns ``model``.
+
+    Args:
+        model: a built float model, or one built under ``quant_modules.initialize()``.
+        config: a :class:`QuantConfig` or a dict of its fields (None: the defaults, which
+            are what ``trtqat calibrate`` uses).
+        forward_loop: calibration data: ``forward_loop(model)`` runs the model (ModelOpt's
+            idiom), or an iterable of batches. amax then comes from ``config.method``.
+        example_inputs: a tensor or tuple of inputs; each rewritten module is then checked
+            to compute what it computed before (a module that does not is restored, with a
+            NOTE line).
+    """
+    cfg = QuantConfig.of(config)
+    if type(model) in FLOAT_TO_QUANT:
+        raise QuantConfigError("quantize() takes a model that contains layers, not a single "
+                               "layer: use QuantXxx.from_float(layer)")
+    placement = place(model, cfg)
+    if example_inputs is not None:
+        verify_placement(model, example_inputs, placement)
+    if cfg.keep_float:
+        disable_layers(model, cfg.keep_float)
+    if forward_loop is not None:
+        calibrate(model, forward_loop, cfg.method or default_method(placement),
+                  percentile=cfg.percentile, num_batches=cfg.num_batches)
+    return model
+
+
+def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = None,
+              **kwargs: Any) -> None:
+    """torchao's spelling: :func:`quantize` in place, returning None."""
+    quantize(model, config, **kwargs)
+
+
+def default_method(placement: Placement) -> str:
+    """The amax method the CLI's families use: mse with attention (ViTs, encoders; entropy
+    clips softmax probabilities), entropy otherwise (CNNs)."""
+    return "mse" if placement.attention else "entropy"
+
+
+def calibrate(model: nn.Module, forward_loop: ForwardLoop, method: str = "max", *,
+              percentile: float = 99.99, num_batches: int | None = None) -> list[str]:
+    """Collect statistics with ``forward_loop`` and set every amax with ``method``.
+
+    Returns the quantizers left out because they never ran (see ``leave_out_unused``).
+    """
+    left_out: list[str] = []
+    if callable(forward_loop) and not hasattr(forward_loop, "__iter__"):
+        name_quantizers(model)
+        if not any(True for _ in quantizers(model)):
+            raise CalibrationError("the model has no quantizer: nothing to calibrate")
+        was_training = model.training
+        model.eval()
+        enable_calibration(model)
+        try:
+            with torch.no_grad():
+                forward_loop(model)
+        finally:
+            disable_calibration(model)
+            model.train(was_training)
+        left_out = leave_out_unused(model)
+    elif isinstance(forward_loop, (torch.Tensor, Mapping)) or not hasattr(forward_loop,
+                                                                          "__iter__"):
+        raise CalibrationError(f"forward_loop must be a callable taking the model or an "
+                               f"iterable of batches, got {type(forward_loop).__name__}")
+    else:
+        collect_stats(model, forward_loop, num_batches, progress=False, left_out=left_out)
+    options = {"percentile": percentile} if method == "percentile" else {}
+    compute_amax(model, method, **options)
+    return left_out

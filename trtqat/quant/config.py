@@ -1,0 +1,143 @@
+"""``QuantConfig``: how :func:`trtqat.quantize` quantizes and calibrates a model.
+
+A frozen dataclass; a dict with the same keys works too (:meth:`QuantConfig.of`), and an
+unknown key is one :class:`~trtqat.errors.QuantConfigError` line that names it, suggests
+the closest valid key and lists them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trtqat.errors import QuantConfigError
+from trtqat.quant.descriptor import QuantDescriptor
+from trtqat.quant.modules import FLOAT_TO_QUANT
+
+
+def _descriptor(name: str, value: Any) -> QuantDescriptor | None:
+    if value is None or isinstance(value, QuantDescriptor):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return QuantDescriptor(**value)
+        except TypeError as exc:
+            raise QuantConfigError(f"QuantConfig.{name}: {exc}") from None
+    raise QuantConfigError(f"QuantConfig.{name} must be a QuantDescriptor (or a dict of its "
+                           f"arguments), got {type(value).__name__}")
+
+
+def _patterns(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [p for p in value.split(",") if p]
+    if not all(isinstance(p, str) for p in value):
+        raise QuantConfigError(f"QuantConfig.{name} takes glob patterns (strings), got "
+                               f"{value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How :func:`trtqat.quantize` quantizes a model (every field optional).
+
+    Quantizers:
+        quant_desc_input: descriptor of activation quantizers (default: ``num_bits``,
+            histogram calibration, so every ``method`` works from one pass).
+        quant_desc_weight: descriptor of weight quantizers (default: per output channel).
+        num_bits: integer bits of the default descriptors (8).
+        float_module_list: torch.nn class names left unquantized, e.g. ``("Linear",)``.
+        skip_layers: glob patterns of module names left unquantized (no quantizer at all).
+        keep_float: glob patterns of module names quantized but disabled (float on
+            purpose; ``trtqat calibrate --skip-layers``), reported as such by the lint.
+    Placement (TensorRT's guidance, :mod:`trtqat.quant.placement`):
+        graph: place by the traced graph (False: layer inputs and weights only).
+        residual: quantize the identity input of residual Adds.
+        concat: one shared scale for Concat inputs and their consumers.
+        pool: MaxPool input and output share one scale.
+        attention: MatMul/BMM operands, scaled_dot_product_attention, nn.MultiheadAttention
+            and Hugging Face attention.
+    Calibration (with ``forward_loop``):
+        method: amax method (max, percentile, mse, entropy, or a registered one); default:
+            mse for models with attention, entropy otherwise (what the CLI families use).
+        percentile: kept by ``method="percentile"``.
+        num_batches: at most this many batches of an iterable ``forward_loop``.
+    """
+
+    quant_desc_input: QuantDescriptor | None = None
+    quant_desc_weight: QuantDescriptor | None = None
+    float_module_list: tuple[str, ...] = field(default_factory=tuple)
+    skip_layers: tuple[str, ...] = field(default_factory=tuple)
+    keep_float: tuple[str, ...] = field(default_factory=tuple)
+    num_bits: int = 8
+    graph: bool = True
+    residual: bool = True
+    concat: bool = True
+    pool: bool = True
+    attention: bool = True
+    method: str | None = None
+    percentile: float = 99.99
+    num_batches: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("quant_desc_input", "quant_desc_weight"):
+            object.__setattr__(self, name, _descriptor(name, getattr(self, name)))
+        for name in ("float_module_list", "skip_layers", "keep_float"):
+            object.__setattr__(self, name, _patterns(name, getattr(self, name)))
+        known = {cls.__name__ for cls in FLOAT_TO_QUANT}
+        unknown = set(self.float_module_list) - known
+        if unknown:
+            raise QuantConfigError(f"float_module_list names {sorted(unknown)}; choose from "
+                                   f"{sorted(known)}")
+        if not isinstance(self.num_bits, int) or not 2 <= self.num_bits <= 16:
+            raise QuantConfigError(f"QuantConfig.num_bits must be an integer in [2, 16], got "
+                                   f"{self.num_bits!r}")
+        if self.method is not None:
+            from trtqat.quant.calib.registry import methods
+
+            if self.method not in methods():
+                raise QuantConfigError(f"QuantConfig.method {self.method!r} is not a "
+                                       f"calibration method: use one of {', '.join(methods())}")
+        if not 0.0 < float(self.percentile) <= 100.0:
+            raise QuantConfigError(f"QuantConfig.percentile must be in (0, 100], got "
+                                   f"{self.percentile}")
+        if self.num_batches is not None and self.num_batches < 1:
+            raise QuantConfigError(f"QuantConfig.num_batches must be >= 1, got "
+                                   f"{self.num_batches}")
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The valid keys of a config dict."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def of(cls, config: QuantConfig | Mapping[str, Any] | None) -> QuantConfig:
+        """``config`` as a QuantConfig (a dict's unknown key is a one-line error)."""
+        if config is None:
+            return cls()
+        if isinstance(config, cls):
+            return config
+        if not isinstance(config, Mapping):
+            raise QuantConfigError(f"config must be a QuantConfig or a dict, got "
+                                   f"{type(config).__name__}")
+        valid = cls.keys()
+        for key in config:
+            if key not in valid:
+                close = difflib.get_close_matches(str(key), valid, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise QuantConfigError(f"unknown QuantConfig key {key!r}: {hint}valid keys: "
+                                       f"{', '.join(valid)}")
+        return cls(**dict(config))
+
+    def input_descriptor(self) -> QuantDescriptor:
+        """The activation descriptor: ``quant_desc_input`` or ``num_bits`` bits, histogram."""
+        return self.quant_desc_input or QuantDescriptor(num_bits=self.num_bits,
+                                                        calib_method="histogram")
+
+    def rules(self) -> frozenset[str]:
+        """The placement rules this config enables."""
+        on = {"residual-add": self.residual, "concat": self.concat, "maxpool": self.pool,
+              "matmul": self.attention, "sdpa": self.attention}
+        return frozenset(k for k, v in on.items() if v and self.graph)
