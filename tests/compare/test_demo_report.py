@@ -67,3 +67,15 @@ def test_report_has_a_line_and_a_section_per_model(tmp_path):
     assert set(demo.reports) == {"resnet18", "mobilenet_v2"}
     assert demo["models"][0]["wall_s"] == 120.0
     assert "mobilenet_v2" in demo.glance.splitlines()[-1]
+
+
+def test_demo_refuses_an_unknown_model_before_any_model_trains(tmp_path):
+    from trtqat.errors import TrtqatError
+    from trtqat.stages.demo import DemoConfig, run_demo
+
+    lines: list[str] = []
+    with pytest.raises(TrtqatError, match="nosuchmodel"):
+        run_demo(DemoConfig(model="resnet18,nosuchmodel", epochs=1, progress=False,
+                            runs=str(tmp_path / "runs"), out=str(tmp_path / "engines"),
+                            export_dir=str(tmp_path / "export")), echo=lines.append)
+    assert lines == [] and not (tmp_path / "runs").exists()

@@ -107,6 +107,8 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport
                               f"{family.summary.split(':')[0]}: the demo trains image "
                               "classifiers and detectors (e.g. --model resnet18, --model "
                               "yolo_digits)")
+        if hasattr(family, "origin"):
+            family.origin(model)  # an unknown name: one line now, not after the others train
     folders = [model_folder(family, model) for model, family in plan]
     if len(set(folders)) < len(folders):
         raise TrtqatError(f"--model {','.join(cfg.models)} names one model twice")
