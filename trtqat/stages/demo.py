@@ -2,10 +2,11 @@
 
 Per model: FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model ->
 export of every variant -> engines -> benchmark -> that model's comparison report; then one
-report of every model (:mod:`trtqat.stages.demo_report`). By default two models: ResNet18,
-which INT8 PTQ already keeps at FP32's accuracy, and MobileNetV2, whose per-tensor
-activations PTQ cannot fit without a loss that QAT recovers (``benchmarks/mobile_accuracy.py``
-measures it over seeds). Stages whose results exist are reused. Training, calibration and
+report of every model (:mod:`trtqat.stages.demo_report`). By default two models: ResNet18
+and MobileNetV2, a depthwise network with per-tensor activations. On digits the best PTQ
+calibrator keeps both at FP32's top-1; on MobileNetV2 the entropy calibrator clips the
+ReLU6 outputs and loses tens of points, which QAT recovers (``benchmarks/mobile_accuracy.py``
+measures it over seeds; the README has the figures). Stages whose results exist are reused. Training, calibration and
 QAT run on ``device``; export runs on the CPU and the engines on ``backend``. Each model's
 family (``trtqat.families.of_model``) runs its training stages, so any image-classifier
 family works (CNNs, Vision Transformers).
@@ -31,8 +32,8 @@ from trtqat.stages.demo_report import DemoReport, DemoSection, write_demo_report
 # (method, percentile) of every PTQ baseline
 CALIBRATORS: tuple[tuple[str, float | None], ...] = (
     ("max", None), ("percentile", 99.9), ("percentile", 99.99), ("mse", None), ("entropy", None))
-# The models of `trtqat demo` without --model: INT8 as PTQ gets it (ResNet18) and where QAT
-# is needed (MobileNetV2, see benchmarks/mobile_accuracy.py)
+# The models of `trtqat demo` without --model: a residual CNN and a depthwise mobile CNN
+# (see benchmarks/mobile_accuracy.py for what PTQ and QAT do to the second)
 DEMO_MODELS: tuple[str, ...] = ("resnet18", "mobilenet_v2")
 
 
