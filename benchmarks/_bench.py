@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: thread choice, interleaved timing, results file.
+"""Helpers shared by the benchmark scripts: thread choice, interleaved timing, results file,
+seed lists and the per-seed accuracy summary.
 
 Imported as ``_bench`` (the scripts run as ``python benchmarks/<name>.py``, so this folder is
 first on ``sys.path``).
@@ -7,6 +8,7 @@ first on ``sys.path``).
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,3 +51,38 @@ def save_results(out_dir: Path, results: dict[str, Any]) -> Path:
     path = write_json(Path(out_dir) / "results.json", results, default=str)
     print(f"results in {out_dir}")
     return path
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"10-14"`` / ``"0,3,5"`` / ``"1"`` -> the seeds."""
+    seeds: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            seeds += list(range(int(low), int(high) + 1)) if high else [int(low)]
+        except ValueError:
+            raise SystemExit(f"--seeds: '{part}' is not a seed or a range like 10-14") from None
+    if not seeds:
+        raise SystemExit("--seeds: give at least one seed, e.g. --seeds 10-14")
+    return seeds
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and standard deviation of each method's top-1 over the seeds (``runs[i]["top1"]``:
+    method -> top-1), the best PTQ calibrator by mean (methods named ``"ptq ..."``), and
+    QAT paired with it seed by seed (wins / ties / losses and the differences)."""
+    methods = list(runs[0]["top1"])
+    stats = {m: {"mean": statistics.mean(r["top1"][m] for r in runs),
+                 "std": statistics.stdev(r["top1"][m] for r in runs) if len(runs) > 1 else 0.0,
+                 "mean_val_loss": statistics.mean(r["val_loss"][m] for r in runs)}
+             for m in methods}
+    ptq = [m for m in methods if m.startswith("ptq ")]
+    best = max(ptq, key=lambda m: stats[m]["mean"])  # the first best, in the runs' order
+    diffs = [r["top1"]["qat"] - r["top1"][best] for r in runs]
+    eps = 1e-9
+    return {"stats": stats, "best_ptq": best,
+            "qat_minus_best_ptq": stats["qat"]["mean"] - stats[best]["mean"],
+            "qat_minus_fp32": stats["qat"]["mean"] - stats["fp32"]["mean"],
+            "best_ptq_minus_fp32": stats[best]["mean"] - stats["fp32"]["mean"],
+            "paired": {"wins": sum(d > eps for d in diffs), "ties": sum(abs(d) <= eps for d in diffs),
+                       "losses": sum(d < -eps for d in diffs), "diffs": diffs}}

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _bench
 
-from _bench import choose_threads, save_results  # noqa: E402
+from _bench import choose_threads, parse_seeds, save_results, summarize  # noqa: E402
 
 import trtqat  # noqa: E402
 from trtqat import families  # noqa: E402
@@ -51,20 +50,6 @@ CALIBRATORS = (("max", "max", {}), ("percentile 99.9", "percentile", {"percentil
                ("entropy", "entropy", {}))
 TARGET_GAP = 1.0  # points of top-1 between QAT INT8 and FP32
 WARMUP_EPOCHS = 2.0  # of the FP32 run (AdamW from scratch)
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"10-14"`` / ``"0,3,5"`` / ``"1"`` -> the seeds."""
-    seeds: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        low, _, high = part.partition("-")
-        try:
-            seeds += list(range(int(low), int(high) + 1)) if high else [int(low)]
-        except ValueError:
-            raise SystemExit(f"--seeds: '{part}' is not a seed or a range like 10-14") from None
-    if not seeds:
-        raise SystemExit("--seeds: give at least one seed, e.g. --seeds 10-14")
-    return seeds
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -158,25 +143,6 @@ def run_seed(family: Any, a: argparse.Namespace, seed: int, train: dict[str, Any
     times["qat"] = time.perf_counter() - t
     return {"seed": seed, "top1": top1, "val_loss": loss, "times_s": times,
             "val_images": len(val_loader.dataset)}
-
-
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and standard deviation of each method over the seeds, the best PTQ calibrator
-    by mean, and QAT paired with it seed by seed."""
-    methods = list(runs[0]["top1"])
-    stats = {m: {"mean": statistics.mean(r["top1"][m] for r in runs),
-                 "std": statistics.stdev(r["top1"][m] for r in runs) if len(runs) > 1 else 0.0,
-                 "mean_val_loss": statistics.mean(r["val_loss"][m] for r in runs)}
-             for m in methods}
-    ptq = [m for m in methods if m.startswith("ptq ")]
-    best = max(ptq, key=lambda m: stats[m]["mean"])  # the first best, in CALIBRATORS order
-    diffs = [r["top1"]["qat"] - r["top1"][best] for r in runs]
-    eps = 1e-9
-    return {"stats": stats, "best_ptq": best,
-            "qat_minus_best_ptq": stats["qat"]["mean"] - stats[best]["mean"],
-            "qat_minus_fp32": stats["qat"]["mean"] - stats["fp32"]["mean"],
-            "paired": {"wins": sum(d > eps for d in diffs), "ties": sum(abs(d) <= eps for d in diffs),
-                       "losses": sum(d < -eps for d in diffs), "diffs": diffs}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,6 +197,8 @@ def test_device_cuda_without_a_gpu_is_one_line_everywhere(fp32_run, ptq_run, tmp
 
 
 def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
     from trtqat.families.cnn import CNNFamily
     from trtqat.runs import checkpoint
     from trtqat.stages import demo
@@ -211,11 +213,19 @@ def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(CNNFamily, "run_calibrate", stage({"best_top1": 50.0}))
     monkeypatch.setattr(CNNFamily, "run_qat", stage({}))
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {})
-    monkeypatch.setattr(demo, "compare", lambda cfg, echo: {"variants": []})
-    demo.run_demo(demo.DemoConfig(device="cuda", runs=str(tmp_path)), echo=lambda s: None)
-    assert [name for name, _ in seen] == (["TrainConfig"] + ["CalibrateConfig"] * 5
-                                          + ["QATConfig"])
+    compared = []
+    monkeypatch.setattr(demo, "compare", lambda cfg, echo: compared.append(cfg) or cfg.run)
+    monkeypatch.setattr(demo, "write_demo_report", lambda sections, out: SimpleNamespace(
+        glance="", files=dict.fromkeys(("md", "json", "png"), out), sections=sections))
+    report = demo.run_demo(demo.DemoConfig(device="cuda", runs=str(tmp_path)),
+                           echo=lambda s: None)
+    one_model = ["TrainConfig"] + ["CalibrateConfig"] * 5 + ["QATConfig"]
+    assert [name for name, _ in seen] == one_model * len(demo.DEMO_MODELS)  # every model
     assert {dev for _, dev in seen} == {"cuda"}
+    assert [s.model for s in report.sections] == list(demo.DEMO_MODELS)
+    # each model in its own run folder and engine folder
+    assert [c.run for c in compared] == [str(tmp_path / m) for m in demo.DEMO_MODELS]
+    assert len({c.out for c in compared}) == len(demo.DEMO_MODELS)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -7,6 +7,7 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
 from trtqat.engines.registry import default_backend
+from trtqat.stages.demo import DEMO_MODELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,14 +15,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = O.command(
         subparsers, "demo", "the whole pipeline on the bundled digits data: train, PTQ, QAT, "
         "export, engines, benchmark, report",
-        "FP32 training of --model (ResNet18 by default; vit: a small Vision Transformer) on "
-        "scikit-learn's digits (32x32), PTQ with every calibrator "
+        "For each model (ResNet18 and MobileNetV2 by default; --model picks others): FP32 "
+        "training on scikit-learn's digits (32x32), PTQ with every calibrator "
         "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best PTQ model, export of "
-        "every ONNX variant, engines, trtexec-style benchmark and a report (report.md, "
-        "report.json, report.png). Finished stages are reused unless --fresh.")
-    O.add_model(p, "resnet18", "image classifier of any image family: a torchvision or timm "
-                "name, path/to/file.py:factory, or vit (a small Vision Transformer); or a "
-                "detector: yolo_digits (digits composited onto canvases, COCO mAP)")
+        "every ONNX variant, engines, trtexec-style benchmark; then one report of every model "
+        "(report.md, report.json, report.png in --out; each model's own in --out/MODEL). "
+        "Finished stages are reused unless --fresh.")
+    O.add_model(p, None, "image classifier(s) of any image family, separated by commas: "
+                "torchvision or timm names, path/to/file.py:factory, vit (a small Vision "
+                "Transformer); or a detector: yolo_digits (digits composited onto canvases, COCO "
+                f"mAP) (default: {','.join(DEMO_MODELS)})")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
     O.add_image_size(p, None, "input resolution: N (square) or HxW, at least 8 (default: "
                      "the family's, 32 for classifiers, 96 for detectors)")
@@ -30,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--calib-batches", type=V.positive_int, default=8,
                    help="batches per PTQ calibration")
     p.add_argument("--runs", default="runs/demo", type=V.writable_dir,
-                   help="folder of the training run folders")
+                   help="folder of the training run folders (one sub-folder per model)")
     O.add_export_dir(p, "where the ONNX variants go")
     O.add_out(p, "engines", "where engines and the report go", metavar=None)
     O.add_backend(p, default_backend())

@@ -1,16 +1,25 @@
-"""``demo``: the whole pipeline on the bundled digits data, end to end.
+"""``demo``: the whole pipeline on the bundled digits data, end to end, for one or more models.
 
-FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model -> export of every
-variant -> engines -> benchmark -> report. Stages whose results exist are reused. Training,
-calibration and QAT run on ``device``; export runs on the CPU and the engines on ``backend``.
-The model's family (``trtqat.families.of_model``) is found once and runs every training
-stage, so any image-classifier family works (CNNs, Vision Transformers).
+Per model: FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model ->
+export of every variant -> engines -> benchmark -> that model's comparison report; then one
+report of every model (:mod:`trtqat.stages.demo_report`). By default two models: ResNet18
+and MobileNetV2, a depthwise network with per-tensor activations. On digits the best PTQ
+calibrator keeps both at FP32's top-1; on MobileNetV2 the entropy calibrator clips the
+ReLU6 outputs and loses tens of points, which QAT recovers (``benchmarks/mobile_accuracy.py``
+measures it over seeds; the README has the figures). Stages whose results exist are reused. Training, calibration and
+QAT run on ``device``; export runs on the CPU and the engines on ``backend``. Each model's
+family (``trtqat.families.of_model``) runs its training stages, so any image-classifier
+family works (CNNs, Vision Transformers).
+
+Folders: ``runs/<model>/{fp32,ptq-*,qat}``, ``export_dir/<model>-*.onnx``,
+``out/<model>/`` (engines and the model's own report) and ``out/report.{md,json,png}``.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,17 +27,21 @@ from trtqat.engines.registry import DEFAULT_BACKEND
 from trtqat.errors import TrtqatError
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.run import CompareConfig, compare
+from trtqat.stages.demo_report import DemoReport, DemoSection, write_demo_report
 
 # (method, percentile) of every PTQ baseline
 CALIBRATORS: tuple[tuple[str, float | None], ...] = (
     ("max", None), ("percentile", 99.9), ("percentile", 99.99), ("mse", None), ("entropy", None))
+# The models of `trtqat demo` without --model: a residual CNN and a depthwise mobile CNN
+# (see benchmarks/mobile_accuracy.py for what PTQ and QAT do to the second)
+DEMO_MODELS: tuple[str, ...] = ("resnet18", "mobilenet_v2")
 
 
 @dataclass
 class DemoConfig:
     """Options of ``trtqat demo``."""
 
-    model: str = "resnet18"
+    model: str | Sequence[str] | None = None  # one name, "a,b" or a list; None: DEMO_MODELS
     data: str = "digits"
     image_size: int | tuple[int, int] | None = None  # None: the family's (32; detectors 96)
     epochs: int | None = None  # None: the family's FP32 recipe (15 for CNNs, 30 for ViTs)
@@ -48,6 +61,12 @@ class DemoConfig:
     def __post_init__(self) -> None:
         from trtqat.sizes import hw
 
+        names = self.model.split(",") if isinstance(self.model, str) else self.model
+        self.models: tuple[str, ...] = tuple(dict.fromkeys(
+            n.strip() for n in (names or DEMO_MODELS) if n.strip()))
+        if not self.models:
+            raise TrtqatError("--model names no model: give one, e.g. --model resnet18, or "
+                              "several separated by commas")
         if ((self.epochs is not None and self.epochs < 1) or self.calib_batches < 1
                 or (self.image_size is not None and min(hw(self.image_size)) < 8)):
             raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
@@ -69,31 +88,66 @@ def _fp32_complete(run: Path, epochs: int) -> bool:
     return int(load_checkpoint(run / "last.pt").get("epoch", -1)) + 1 >= epochs
 
 
-def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareReport:
-    """Run (or resume) the demo pipeline; returns the comparison report."""
+def model_folder(family, model: str) -> str:
+    """The file-name-safe folder of ``model`` under ``--runs`` and ``--out``."""
+    from trtqat.variants import arch_label
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", arch_label(family.arch(model)))
+
+
+def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport:
+    """Run (or resume) the demo pipeline of every model of ``cfg``; returns the demo's report
+    (each model's comparison, and where the report of them all went)."""
     from trtqat import families
+    from trtqat.runs.distributed import pick_device
+
+    plan = [(model, families.of_model(model)) for model in cfg.models]
+    for model, family in plan:  # every model checked before the first one trains
+        if family.task not in ("classification", "detection"):
+            raise TrtqatError(f"--model {model} is one of the "
+                              f"{family.summary.split(':')[0]}: the demo trains image "
+                              "classifiers and detectors (e.g. --model resnet18, --model "
+                              "yolo_digits)")
+        if hasattr(family, "origin"):
+            family.origin(model)  # an unknown name: one line now, not after the others train
+    folders = [model_folder(family, model) for model, family in plan]
+    if len(set(folders)) < len(folders):
+        raise TrtqatError(f"--model {','.join(cfg.models)} names one model twice")
+    pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
+    t_start = time.perf_counter()
+    sections = []
+    for i, ((model, family), folder) in enumerate(zip(plan, folders), 1):
+        echo(f"=== {model} ({i}/{len(plan)}) ===")
+        t_model = time.perf_counter()
+        report, top1 = _run_model(cfg, model, family, folder, echo)
+        sections.append(DemoSection(model, folder, report, top1,
+                                    time.perf_counter() - t_model))
+    demo = write_demo_report(sections, cfg.out)
+    echo("")
+    echo(demo.glance)
+    echo(f"demo report: {demo.files['md']}  {demo.files['json']}  {demo.files['png']}")
+    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
+    return demo
+
+
+def _run_model(cfg: DemoConfig, model: str, family, folder: str,
+               echo: Callable[[str], None]) -> tuple[CompareReport, dict[str, float]]:
+    """The four stages of one model: its comparison report and the PyTorch top-1 of each
+    training stage (the best epoch's, as the run folders record it)."""
     from trtqat.families.types import StageResult
     from trtqat.runs.checkpoint import load_checkpoint
-    from trtqat.runs.distributed import pick_device
     from trtqat.sizes import size_text
     from trtqat.stages.calibrate import CalibrateConfig
     from trtqat.stages.qat import QATConfig
     from trtqat.stages.train import TrainConfig
 
-    family = families.of_model(cfg.model)
-    if family.task not in ("classification", "detection"):
-        raise TrtqatError(f"--model {cfg.model} is one of the {family.summary.split(':')[0]}: "
-                          "the demo trains image classifiers and detectors (e.g. --model "
-                          "resnet18, --model yolo_digits)")
-    pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
-    t_start = time.perf_counter()
-    root = Path(cfg.runs)
+    root = Path(cfg.runs) / folder
     fp32 = root / "fp32"
     common = {"progress": cfg.progress, "device": cfg.device}  # the training stages' device
-    train_cfg = TrainConfig(model=cfg.model, data=cfg.data, image_size=cfg.image_size,
+    train_cfg = TrainConfig(model=model, data=cfg.data, image_size=cfg.image_size,
                             epochs=cfg.epochs, out=str(fp32), **common)
 
-    echo(f"[1/4] FP32 training: {cfg.model} on {cfg.data} at {size_text(train_cfg.image_size)}, "
+    echo(f"[1/4] FP32 training: {model} on {cfg.data} at {size_text(train_cfg.image_size)}, "
          f"{train_cfg.epochs} epochs -> {fp32}")
     if not cfg.fresh and _fp32_complete(fp32, train_cfg.epochs):
         echo("      reusing the finished run (--fresh to redo)")
@@ -101,23 +155,25 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareRep
         resume = not cfg.fresh and (fp32 / "last.pt").is_file()
         train_cfg.resume, train_cfg.overwrite = resume, not resume
         family.run_train(train_cfg)
+    source = load_checkpoint(fp32 / "best.pt")
+    top1 = {"fp32": float(source.get(family.score_key, -1))}
 
     echo(f"[2/4] PTQ: {len(CALIBRATORS)} calibrators on {cfg.calib_batches} batches each")
     ptq_results: dict[Path, float] = {}
-    source = load_checkpoint(fp32 / "best.pt")
     for method, pct in CALIBRATORS:
         out = _stage_dir(root, method, pct)
         label = f"{method} {pct:g}" if pct is not None else method
         if not cfg.fresh and _done(out):
             ptq_results[out] = float(load_checkpoint(out / "best.pt").get(family.score_key, -1))
             echo(f"      {label}: reusing {out} ({family.score_label} {ptq_results[out]:.2f})")
-            continue
-        res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
-            checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
-            percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True, **common),
-            source))
-        ptq_results[out] = -1.0 if res.best is None else res.best
-        echo(f"      {label}: {family.score_label} {ptq_results[out]:.2f}")
+        else:
+            res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
+                checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
+                percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True,
+                **common), source))
+            ptq_results[out] = -1.0 if res.best is None else res.best
+            echo(f"      {label}: {family.score_label} {ptq_results[out]:.2f}")
+        top1[out.name] = ptq_results[out]
 
     best_ptq = max(ptq_results, key=ptq_results.get)
     qat = root / "qat"
@@ -128,12 +184,14 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> CompareRep
         family.run_qat(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
                                  epochs=cfg.qat_epochs, overwrite=True, **common),
                        load_checkpoint(best_ptq / "best.pt"))
+    top1["qat-int8"] = float(load_checkpoint(qat / "best.pt").get(family.score_key, -1))
 
+    out_dir = Path(cfg.out) / folder
     echo(f"[4/4] export every variant to {cfg.export_dir}/, build {cfg.backend} engines, "
-         f"benchmark and compare -> {cfg.out}/")
+         f"benchmark and compare -> {out_dir}/")
     report = compare(CompareConfig(run=str(root), backend=cfg.backend,
                                    batch_sizes=cfg.batch_sizes, export_dir=cfg.export_dir,
-                                   out=cfg.out, duration_s=cfg.duration_s, threads=cfg.threads,
-                                   fresh=cfg.fresh, progress=cfg.progress), echo=echo)
-    echo(f"demo finished in {time.perf_counter() - t_start:.0f}s")
-    return report
+                                   out=str(out_dir), duration_s=cfg.duration_s,
+                                   threads=cfg.threads, fresh=cfg.fresh,
+                                   progress=cfg.progress), echo=echo)
+    return report, top1

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from trtqat.atomic import write_atomic, write_json
+from trtqat.stages.compare.plot import ENCODER_METRIC, plot_report  # noqa: F401 (re-exported)
 
-ENCODER_METRIC = "mean_cosine"  # the report metric of sentence encoders
 UNSTABLE_SPREAD = 0.10  # a timing figure whose spread exceeds this is flagged
 
 
@@ -218,58 +218,6 @@ def format_markdown(report: dict[str, Any]) -> str:
         for note in v.get("notes") or []:
             md.append(f"- {v['name']}: {note}")
     return "\n".join(md) + "\n"
-
-
-def _round_range(v: dict[str, Any], key: str, batch: int, value: float) -> list[list[float]]:
-    """Error bar ``[[below], [above]]`` of a median from its per-round figures."""
-    per_round = ((v.get("rounds") or {}).get(str(batch)) or {}).get(key) or [value]
-    return [[max(value - min(per_round), 0.0)], [max(max(per_round) - value, 0.0)]]
-
-
-def _label(v: dict[str, Any]) -> str:
-    tags = (" (emulated)" if v.get("emulated") else "") + \
-        (" [check failed]" if v.get("failed_checks") else "")
-    return v["name"] + tags
-
-
-def plot_report(report: dict[str, Any], path: Path) -> None:
-    """report.png: accuracy vs latency scatter and a throughput bar chart."""
-    from trtqat.optional import require
-
-    require("matplotlib", "report", "the report chart").use("Agg")
-    import matplotlib.pyplot as plt
-
-    metric = report["metric"]
-    bs = report["batch_sizes"]
-    ok = [v for v in report["variants"] if v["status"] == "ok"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for v in ok:
-        lat = v["latency_ms"].get(str(bs[0]))
-        acc = v["metrics"].get(metric)
-        if lat is not None and acc is not None:
-            ax1.errorbar(lat, acc, xerr=_round_range(v, "latency_ms", bs[0], lat), fmt="o",
-                         capsize=3)
-            ax1.annotate(_label(v), (lat, acc), textcoords="offset points", xytext=(4, 4),
-                         fontsize=8)
-    ax1.set_xscale("log")  # CPU fp16 or unfused variants can be 100x slower than the rest
-    ax1.set_xlabel(f"median latency, batch {bs[0]} (ms, log scale)")
-    encoder = metric == ENCODER_METRIC
-    ax1.set_ylabel("mean cosine vs FP32 (held-out sentences)" if encoder else metric)
-    ax1.set_title("embedding fidelity vs latency" if encoder else "accuracy vs latency")
-    ax1.grid(alpha=0.3)
-    names = [_label(v) for v in ok]
-    thr = [v["throughput"].get(str(bs[-1])) or 0.0 for v in ok]
-    bars = [_round_range(v, "throughput", bs[-1], t) for v, t in zip(ok, thr)]
-    ax2.barh(names, thr, color="tab:blue", capsize=3,
-             xerr=[[e[0][0] for e in bars], [e[1][0] for e in bars]])
-    ax2.set_xlabel(f"throughput, batch {bs[-1]} ({'sentences' if encoder else 'images'}/s; "
-                   "bars: min-max over timing rounds)")
-    ax2.set_title("throughput")
-    ax2.invert_yaxis()
-    fig.suptitle(f"trtqat compare: {report['backend']} on {report['machine']['cpu']}", fontsize=9)
-    fig.tight_layout()
-    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=110))
-    plt.close(fig)
 
 
 def refuse_foreign_reports(out_dir: str | os.PathLike) -> None:

@@ -286,6 +286,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
                           batch_sizes=list(cfg.batch_sizes), metric=data.metric, dataset=data.info,
                           settings={"duration_s": cfg.duration_s, "warmup_ms": cfg.warmup_ms,
                                     "threads": cfg.threads, "run": cfg.run,
+                                    "model": settings.get("arch"),
                                     "measurement": "trtexec model: median latency, "
                                     "throughput = batch x queries / walltime; variants "
                                     f"interleaved in {ROUNDS} rotated rounds of duration / "

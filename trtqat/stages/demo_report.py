@@ -1,0 +1,173 @@
+"""The demo's report of every model: ``report.md``, ``report.json`` and ``report.png``.
+
+``report.md`` opens with one line per model (FP32, the best PTQ calibrator and QAT, as the
+engines score them, and the INT8 speed-up), then a section per model: the comparison
+table of its engines (timings as medians over interleaved rounds with their spread) and
+the top-1 its training stages reached in PyTorch. ``report.png`` holds a row of panels per
+model (:mod:`trtqat.stages.compare.plot`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtqat.atomic import write_atomic, write_json
+from trtqat.families.types import MappingView
+from trtqat.stages.compare.plot import plot_reports
+from trtqat.stages.compare.report import table_rows
+from trtqat.stages.compare.result import CompareReport
+
+
+@dataclass
+class DemoSection:
+    """One model of the demo: its comparison and the PyTorch top-1 of its training stages
+    (``fp32``, ``ptq-<calibrator>``, ``qat-int8``: the best epoch's, as the run folders
+    record it), and the wall time of its four stages."""
+
+    model: str
+    folder: str
+    report: CompareReport
+    pytorch_top1: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+@dataclass
+class DemoReport(MappingView):
+    """What ``trtqat demo`` returns: each model's comparison, the summary of them all and
+    where the demo's report went (``files``: md, json, png)."""
+
+    sections: list[DemoSection]
+    document: dict[str, Any]
+    files: dict[str, Path] = field(default_factory=dict)
+    glance: str = ""  # the summary table, as the terminal shows it
+
+    @property
+    def reports(self) -> dict[str, CompareReport]:
+        """Each model's comparison, by model name."""
+        return {s.model: s.report for s in self.sections}
+
+    @property
+    def partial(self) -> bool:
+        """Some variant of some model failed (``trtqat demo`` exits 1)."""
+        return any(s.report.partial for s in self.sections)
+
+    @property
+    def ok(self) -> bool:
+        """Every variant of every model measured, every check passed."""
+        return all(s.report.ok for s in self.sections)
+
+    def _view(self) -> dict[str, Any]:
+        return {**self.document, "files": {k: str(v) for k, v in self.files.items()}}
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """What QAT is for, in one model's report.json: the engines' metric of FP32, of the best
+    PTQ calibrator and of QAT INT8, their differences, and QAT INT8's speed-up per batch
+    size (FP32's median latency over its own; None where a variant is missing)."""
+    metric = doc["metric"]
+    ok = {v["name"]: v for v in doc["variants"] if v["status"] == "ok"
+          and v["metrics"].get(metric) is not None}
+    score = {name: float(v["metrics"][metric]) for name, v in ok.items()}
+    ptq = [n for n in ok if n.startswith("ptq")]
+    best = max(ptq, key=lambda n: score[n]) if ptq else None  # first best, in report order
+    fp32, qat = score.get("fp32"), score.get("qat-int8")
+    diff = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
+    best_score = score[best] if best else None
+    speedup = {str(b): (ok["qat-int8"]["derived"].get(f"speedup@{b}")
+                        if "qat-int8" in ok else None) for b in doc["batch_sizes"]}
+    return {"metric": metric, "fp32": fp32, "best_ptq": best, "best_ptq_score": best_score,
+            "qat": qat, "best_ptq_minus_fp32": diff(best_score, fp32),
+            "qat_minus_fp32": diff(qat, fp32), "qat_minus_best_ptq": diff(qat, best_score),
+            "int8_speedup": speedup}
+
+
+def _f(v: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if v is None else format(v, spec) + suffix
+
+
+def glance_rows(sections: list[DemoSection]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the one-line-per-model summary."""
+    docs = [s.report.document for s in sections]
+    bs = docs[0]["batch_sizes"] if docs else []
+    metric = docs[0]["metric"] if docs else "top1"
+    header = ["model", f"FP32 {metric}", "best PTQ", f"best PTQ {metric} (vs FP32)",
+              f"QAT INT8 {metric} (vs FP32)", "QAT - best PTQ",
+              *(f"QAT INT8 speed-up @{b}" for b in bs)]
+    rows = []
+    for s, doc in zip(sections, docs):
+        m = summary(doc)
+        rows.append([
+            s.model, _f(m["fp32"], ".2f"), m["best_ptq"] or "-",
+            f"{_f(m['best_ptq_score'], '.2f')} ({_f(m['best_ptq_minus_fp32'], '+.2f')})",
+            f"{_f(m['qat'], '.2f')} ({_f(m['qat_minus_fp32'], '+.2f')})",
+            _f(m["qat_minus_best_ptq"], "+.2f"),
+            *(_f(m["int8_speedup"].get(str(b)), ".2f", "x") for b in bs)])
+    return header, rows
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def format_glance(sections: list[DemoSection]) -> str:
+    """The summary as plain text for the terminal."""
+    header, rows = glance_rows(sections)
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def format_markdown(sections: list[DemoSection], document: dict[str, Any]) -> str:
+    """report.md of the demo."""
+    first = sections[0].report.document
+    m = first["machine"]
+    md = ["# trtqat demo", "",
+          f"Every model: FP32 training, PTQ with every calibrator, QAT from the best PTQ "
+          f"model, {first['backend']} engines of each variant on {m['cpu']} "
+          f"({m['cores']} cores). Accuracy is the engines' on the validation split; timings "
+          "are medians over interleaved rounds, ± their spread (max - min) / median.", "",
+          *_table(*glance_rows(sections)), "", "![every model](report.png)", ""]
+    for s in sections:
+        doc = s.report.document
+        md += [f"## {s.model}", ""]
+        if doc["partial"]:
+            md += [f"**Partial**: {', '.join(doc['failed'])} failed; the other variants were "
+                   "measured.", ""]
+        md += _table(*table_rows(doc))
+        if s.pytorch_top1:
+            cells = ", ".join(f"{k} {v:.2f}" for k, v in s.pytorch_top1.items() if v >= 0)
+            md += ["", f"- PyTorch top-1 of the training stages (fake quantization, best "
+                   f"epoch): {cells}"]
+        md += [f"- run folders: `{doc['settings'].get('run')}`; engines and this model's own "
+               f"report: `{s.folder}/`; stages took {s.wall_s:.0f} s"]
+        for v in doc["variants"]:
+            if v["status"] != "ok":
+                md.append(f"- {v['name']} failed: {v['error']}")
+            for check in v.get("failed_checks") or []:
+                md.append(f"- {v['name']} FAILED CHECK (measured anyway): {check}")
+        md += [f"- UNSTABLE: {flag}" for flag in doc.get("unstable") or []]
+        md.append("")
+    md += [f"- versions: {', '.join(f'{k} {v}' for k, v in first['versions'].items())}",
+           f"- generated: {document['generated']}", ""]
+    return "\n".join(md)
+
+
+def write_demo_report(sections: list[DemoSection], out_dir: str | Path) -> DemoReport:
+    """Write report.md, report.json and report.png of ``sections`` into ``out_dir``."""
+    out = Path(out_dir)
+    document = {
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "models": [{"model": s.model, "folder": s.folder, "summary": summary(s.report.document),
+                    "pytorch_top1": s.pytorch_top1, "wall_s": s.wall_s,
+                    "report": s.report.document} for s in sections]}
+    paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}
+    write_json(paths["json"], document)
+    write_atomic(paths["md"], lambda f: f.write(format_markdown(sections, document).encode()))
+    first = sections[0].report.document
+    plot_reports([(s.model, s.report.document) for s in sections], paths["png"],
+                 f"trtqat demo: {first['backend']} engines on {first['machine']['cpu']}")
+    return DemoReport(sections, document, paths, format_glance(sections))
