@@ -178,3 +178,14 @@ def test_compiled_before_any_eager_forward_has_no_graph_break(monkeypatch):
         explain = torch._dynamo.explain(model)(torch.randn(2, 3, 8, 8))
     assert explain.graph_break_count == 0, explain.break_reasons
     assert trtqat.quant.export_mode.active() is False
+
+
+def test_building_a_cli_model_leaves_the_quant_classes_defaults_inherited():
+    """``build_model(quantized=True)`` (what ``trtqat calibrate`` builds) sets the classes'
+    input descriptors only while it builds: afterwards QuantLinear inherits QuantMixin's
+    again, so a later ``QuantMixin.set_default_quant_desc_input`` reaches it."""
+    from trtqat.families.cnn.models import build_model
+
+    build_model("resnet18", 10, quantized=True)
+    assert "default_quant_desc_input" not in quant_nn.QuantLinear.__dict__
+    assert "default_quant_desc_input" not in quant_nn.QuantAvgPool2d.__dict__

@@ -217,15 +217,17 @@ def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "compare", lambda cfg, echo: compared.append(cfg) or cfg.run)
     monkeypatch.setattr(demo, "write_demo_report", lambda sections, out: SimpleNamespace(
         glance="", files=dict.fromkeys(("md", "json", "png"), out), sections=sections))
-    report = demo.run_demo(demo.DemoConfig(device="cuda", runs=str(tmp_path)),
-                           echo=lambda s: None)
+    models = ["resnet18", "mobilenet_v2"]
+    report = demo.run_demo(demo.DemoConfig(model=",".join(models), device="cuda",
+                                           runs=str(tmp_path)), echo=lambda s: None)
     one_model = ["TrainConfig"] + ["CalibrateConfig"] * 5 + ["QATConfig"]
-    assert [name for name, _ in seen] == one_model * len(demo.DEMO_MODELS)  # every model
+    assert [name for name, _ in seen] == one_model * len(models)  # every model
     assert {dev for _, dev in seen} == {"cuda"}
-    assert [s.model for s in report.sections] == list(demo.DEMO_MODELS)
+    assert [s.model for s in report.sections] == models
     # each model in its own run folder and engine folder
-    assert [c.run for c in compared] == [str(tmp_path / m) for m in demo.DEMO_MODELS]
-    assert len({c.out for c in compared}) == len(demo.DEMO_MODELS)
+    assert [c.run for c in compared] == [str(tmp_path / m) for m in models]
+    assert len({c.out for c in compared}) == len(models)
+    assert demo.DemoConfig().models == demo.DEMO_MODELS
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

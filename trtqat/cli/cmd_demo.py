@@ -7,7 +7,7 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
 from trtqat.engines.registry import default_backend
-from trtqat.stages.demo import DEMO_MODELS
+from trtqat.stages.demo_models import DEMO_MODELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -2,11 +2,11 @@
 
 Per model: FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model ->
 export of every variant -> engines -> benchmark -> that model's comparison report; then one
-report of every model (:mod:`trtqat.stages.demo_report`). By default two models: ResNet18
-and MobileNetV2, a depthwise network with per-tensor activations. On digits the best PTQ
-calibrator keeps both at FP32's top-1; on MobileNetV2 the entropy calibrator clips the
-ReLU6 outputs and loses tens of points, which QAT recovers (``benchmarks/mobile_accuracy.py``
-measures it over seeds; the README has the figures). Stages whose results exist are reused. Training, calibration and
+report of every model (:mod:`trtqat.stages.demo_report`). By default ResNet18
+(:data:`DEMO_MODELS`); MobileNetV2 on request: on digits the best PTQ calibrator keeps it at
+FP32's top-1, while the entropy calibrator clips its ReLU6 outputs and loses tens of points,
+which QAT recovers (``benchmarks/mobile_accuracy.py`` measures it over seeds; the README has
+the figures). Stages whose results exist are reused. Training, calibration and
 QAT run on ``device``; export runs on the CPU and the engines on ``backend``. Each model's
 family (``trtqat.families.of_model``) runs its training stages, so any image-classifier
 family works (CNNs, Vision Transformers).
@@ -27,14 +27,12 @@ from trtqat.engines.registry import DEFAULT_BACKEND
 from trtqat.errors import TrtqatError
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.run import CompareConfig, compare
+from trtqat.stages.demo_models import DEMO_MODELS  # noqa: F401  (re-exported)
 from trtqat.stages.demo_report import DemoReport, DemoSection, write_demo_report
 
 # (method, percentile) of every PTQ baseline
 CALIBRATORS: tuple[tuple[str, float | None], ...] = (
     ("max", None), ("percentile", 99.9), ("percentile", 99.99), ("mse", None), ("entropy", None))
-# The models of `trtqat demo` without --model: a residual CNN and a depthwise mobile CNN
-# (see benchmarks/mobile_accuracy.py for what PTQ and QAT do to the second)
-DEMO_MODELS: tuple[str, ...] = ("resnet18", "mobilenet_v2")
 
 
 @dataclass

@@ -93,7 +93,9 @@ def build_model(name: str, num_classes: int, quantized: bool = False,
     from trtqat.quant.modules import FLOAT_TO_QUANT
 
     classes = tuple(FLOAT_TO_QUANT.values())
-    saved = [c.default_quant_desc_input for c in classes]
+    # each class's own setting (most inherit theirs from QuantMixin / QuantInputMixin, and
+    # must again afterwards, so that a user's QuantMixin.set_default_... reaches them)
+    saved = [c.__dict__.get("default_quant_desc_input") for c in classes]
     for c in classes:
         c.default_quant_desc_input = quant_desc_input
     try:
@@ -101,6 +103,9 @@ def build_model(name: str, num_classes: int, quantized: bool = False,
             model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
     finally:
         for c, d in zip(classes, saved):
-            c.default_quant_desc_input = d
+            if d is None:
+                del c.default_quant_desc_input
+            else:
+                c.default_quant_desc_input = d
     quantize_classifier(model, (), PLACEMENT_VERSION, quant_desc_input)
     return model
