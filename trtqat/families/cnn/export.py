@@ -18,7 +18,6 @@ def image_export(family, model: nn.Module, ckpt: dict[str, Any], options: Export
                  ) -> FamilyExport:
     """The export of an image classifier: example images of the checkpoint's size, the
     validation split of its data, ``--skip-layers`` left in float."""
-    from trtqat.export.onnx_export import image_plan
     from trtqat.families.cnn.data_sources import make_preprocess
 
     spec = ckpt["model"]
@@ -36,19 +35,29 @@ def image_export(family, model: nn.Module, ckpt: dict[str, Any], options: Export
     inputs = family.export_inputs(model, {**spec, "input_size": prep.size,
                                           "channels": prep.channels, "dynamic": axes}, batch)
     val = None if not options.validate else _validation_loader(ckpt, options, prep)
-    plan = image_plan(inputs.example, validation_data=val, dynamic_axes=axes,
-                      fold_bn=options.fold_bn)
-    plan.input_names = list(options.input_names) or inputs.input_names
-    plan.output_names = list(options.output_names) or inputs.output_names
-    plan.checks = family.export_check
-    shape = (f"dynamic {', '.join(axes)}" if axes else "static") + (
-        f", batch {batch}" if batch else "")
+    plan, shape = family_plan(family, inputs, options, val, axes, batch)
     size = [a if a in axes else n for a, n in zip(("height", "width"), prep.size)]
     return FamilyExport(
         plan, str(spec["arch"]), "dynamic batch" if axes == ("batch",) else shape,
         batch=options.batch, io_dtype=options.io_dtype,
         info={"batch": batch or "dynamic", "dynamic": list(axes),
               "input_shape": [batch or "N", prep.channels, *size]})
+
+
+def family_plan(family, inputs, options: ExportOptions, validation_data, axes: tuple[str, ...],
+                batch: int | None):
+    """The image :class:`ExportPlan` of ``inputs`` with the options' names and the family's
+    check, and the shape's description (``dynamic batch, height`` / ``static, batch 1``)."""
+    from trtqat.export.onnx_export import image_plan
+
+    plan = image_plan(inputs.example, validation_data=validation_data, dynamic_axes=axes,
+                      fold_bn=options.fold_bn)
+    plan.input_names = list(options.input_names) or inputs.input_names
+    plan.output_names = list(options.output_names) or inputs.output_names
+    plan.checks = family.export_check
+    shape = (f"dynamic {', '.join(axes)}" if axes else "static") + (
+        f", batch {batch}" if batch else "")
+    return plan, shape
 
 
 def dynamic_axes(options: ExportOptions) -> tuple[str, ...]:

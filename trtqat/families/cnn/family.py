@@ -67,19 +67,12 @@ class CNNFamily(ModelFamily):
     def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
         """The model of a checkpoint, with its weights: ``self.build``, then ``self.quantize``
         when quantized (``quantized=True`` on an FP32 checkpoint: the start of PTQ)."""
-        from trtqat.families.cnn.model_source import is_quantizer_key, source_of
+        from trtqat.families.cnn.model_source import source_of
 
         spec = ckpt["model"]
         quantized = bool(spec.get("quantized")) if quantized is None else quantized
-        model = self.build(source_of(spec), int(spec["num_classes"]))
-        if quantized:
-            self.quantize(model, tuple(spec.get("skip_layers") or ()),
-                          placement=placement_of(spec))
-        state = ckpt["state_dict"]
-        if not quantized:
-            state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
-        fit_checkpoint_state(model, state, spec)
-        return model
+        return restore(self, self.build(source_of(spec), int(spec["num_classes"])), ckpt,
+                       quantized)
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
                  placement: str | None = None) -> nn.Module:
@@ -238,6 +231,23 @@ class CNNFamily(ModelFamily):
         from trtqat.families.cnn.sensitivity import image_batches
 
         return image_batches(ckpt, cfg, device)
+
+
+def restore(family: ModelFamily, model: nn.Module, ckpt: dict[str, Any],
+            quantized: bool) -> nn.Module:
+    """``model`` (just built by ``family``) with the checkpoint's quantizers (placed as it
+    was calibrated; none when not ``quantized``) and weights."""
+    from trtqat.families.cnn.model_source import is_quantizer_key
+
+    spec = ckpt["model"]
+    if quantized:
+        family.quantize(model, tuple(spec.get("skip_layers") or ()),
+                        placement=placement_of(spec))
+    state = ckpt["state_dict"]
+    if not quantized:
+        state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
+    fit_checkpoint_state(model, state, spec)
+    return model
 
 
 def placement_of(spec: dict[str, Any]) -> str:

@@ -37,8 +37,7 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
                     options: ExportOptions) -> FamilyExport:
     """Example images of the checkpoint's size, validation images of its data, the
     family's float layers (and ``--skip-layers``) marked as float on purpose."""
-    from trtqat.export.onnx_export import image_plan
-    from trtqat.families.cnn.export import dynamic_axes
+    from trtqat.families.cnn.export import dynamic_axes, family_plan
     from trtqat.families.detect.sources import float_layers
     from trtqat.families.detect.ultralytics import anchors_follow_input
     from trtqat.quant.model_ops import disable_layers
@@ -54,13 +53,7 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
     batch = options.batch or (None if "batch" in axes else 1)
     inputs = family.export_inputs(model, {**spec, "image_size": size}, batch)
     val_data = _validation(ckpt, options, size) if options.validate else None
-    plan = image_plan(inputs.example, validation_data=val_data, dynamic_axes=axes,
-                      fold_bn=options.fold_bn)
-    plan.input_names = list(options.input_names) or inputs.input_names
-    plan.output_names = list(options.output_names) or inputs.output_names
-    plan.checks = family.export_check
-    shape = (f"dynamic {', '.join(axes)}" if axes else "static") + (
-        f", batch {batch}" if batch else "")
+    plan, shape = family_plan(family, inputs, options, val_data, axes, batch)
     post = None
     if options.nms:
         from trtqat.families.detect.nms import nms_companion

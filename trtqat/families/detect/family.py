@@ -62,22 +62,13 @@ class DetectFamily(ModelFamily):
     def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
         """The detector of a checkpoint, with its weights (quantized when it is, or when
         ``quantized=True``)."""
-        from trtqat.families.cnn import fit_checkpoint_state
-        from trtqat.families.cnn.family import placement_of
-        from trtqat.families.cnn.model_source import is_quantizer_key
+        from trtqat.families.cnn.family import restore
 
         spec = ckpt["model"]
         quantized = bool(spec.get("quantized")) if quantized is None else quantized
         source = spec.get("source") or {"model": spec["arch"]}
-        model = self.build(source["model"], int(spec["num_classes"]), source=source)
-        if quantized:
-            self.quantize(model, tuple(spec.get("skip_layers") or ()),
-                          placement=placement_of(spec))
-        state = ckpt["state_dict"]
-        if not quantized:
-            state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
-        fit_checkpoint_state(model, state, spec)
-        return model
+        return restore(self, self.build(source["model"], int(spec["num_classes"]),
+                                        source=source), ckpt, quantized)
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
                  placement: str | None = None) -> nn.Module:
