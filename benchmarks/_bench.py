@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def choose_threads(requested: int | None) -> tuple[int, str]:
     """``(threads, why)``: ``requested`` when given, else 2 when the 1-minute load is below
@@ -86,3 +88,35 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "best_ptq_minus_fp32": stats[best]["mean"] - stats["fp32"]["mean"],
             "paired": {"wins": sum(d > eps for d in diffs), "ties": sum(abs(d) <= eps for d in diffs),
                        "losses": sum(d < -eps for d in diffs), "diffs": diffs}}
+
+
+def ort_ptq(fp32: Path, path: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
+    """``fp32`` quantized by onnxruntime's quantize_static (QDQ, uint8 activations, int8
+    per-channel weights, MinMax calibration on ``feeds``), written to ``path`` ("ORT PTQ",
+    the baseline of zoo.py and engine_speed.py)."""
+    import logging
+
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(feeds)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # "please consider pre-processing" warnings
+    try:
+        quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=True)
+    finally:
+        root.setLevel(level)
+    return path

@@ -38,6 +38,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _bench import ort_ptq  # noqa: E402
+
 import trtqat  # noqa: E402
 from trtqat.engines import BenchmarkSettings, build_engine, random_feed  # noqa: E402
 
@@ -272,37 +274,6 @@ def _cpu_int8_onnx(args: argparse.Namespace, out_dir: Path) -> tuple[Path, Path,
     return paths[0], paths[1], [{name: c.numpy()} for c in calib]
 
 
-def _ort_ptq(fp32: Path, path: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
-    """The FP32 ONNX quantized by onnxruntime's quantize_static (QDQ, uint8 activations,
-    int8 per-channel weights, MinMax calibration on ``feeds``)."""
-    import logging
-
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter(feeds)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.items, None)
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # "please consider pre-processing" warnings
-    try:
-        quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        per_channel=True)
-    finally:
-        root.setLevel(level)
-    return path
-
-
 def _interleaved(sessions: dict[str, Any], feed: dict[str, np.ndarray], reps: int,
                  warmup: int = 3) -> dict[str, list[float]]:
     """Latency (ms) of each session, one run of each per round, rotating the order."""
@@ -341,7 +312,7 @@ def cpu_int8_main(argv: Sequence[str]) -> dict[str, Any]:
           f"{args.calib_batches}x{args.calib_batch_size} random images (speed does not "
           "depend on training)")
     int8_path, fp32_path, feeds = _cpu_int8_onnx(args, out_dir)
-    ptq_path = _ort_ptq(fp32_path, out_dir / f"{args.model}_ort_ptq.onnx", feeds)
+    ptq_path = ort_ptq(fp32_path, out_dir / f"{args.model}_ort_ptq.onnx", feeds)
     int8 = onnx.load(str(int8_path))
     models = {"fp32": onnx.load(str(fp32_path)), "ort-ptq": onnx.load(str(ptq_path))}
     # agreement with the exported ONNX is recorded, not enforced: the outputs of a random

@@ -40,6 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _bench import ort_ptq  # noqa: E402
+
 from trtqat.stages.zoo import (  # noqa: E402
     USUAL_SIZE,
     ZOO,
@@ -123,38 +125,6 @@ def _fp32_onnx(model: torch.nn.Module, name: str, size: int, out: Path) -> Path:
     return path
 
 
-def ort_ptq(fp32: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
-    """``fp32`` quantized by onnxruntime's quantize_static (QDQ, uint8 activations, int8
-    per-channel weights, MinMax on ``feeds``), written next to it."""
-    import logging
-
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter(feeds)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.items, None)
-
-    path = fp32.with_name(fp32.stem.replace("-fp32", "") + "-ort-ptq.onnx")
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # "please consider pre-processing" warnings
-    try:
-        quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        per_channel=True)
-    finally:
-        root.setLevel(level)
-    return path
-
-
 def _engines(model, result: ZooResult, size: int, out: Path, args) -> dict[str, Any]:
     """Our INT8 engine (from run_ptq), FP32, ORT PTQ (and our unguarded INT8)."""
     from trtqat.engines import build_engine
@@ -162,7 +132,8 @@ def _engines(model, result: ZooResult, size: int, out: Path, args) -> dict[str, 
     fp32 = _fp32_onnx(model, result.name, size, out)
     feeds = [{"input": x.numpy()} for x in synthetic_batches(CALIB_BATCHES, CALIB_BATCH, size)]
     engines = {"int8": result.engine, "ort-ptq": build_engine(
-        ort_ptq(fp32, feeds), "ort", threads=args.threads, ort_prepare="none",
+        ort_ptq(fp32, fp32.with_name(fp32.stem.replace("-fp32", "") + "-ort-ptq.onnx"),
+                feeds), "ort", threads=args.threads, ort_prepare="none",
         u8s8_guard=False)}
     if args.unguarded:
         engines["int8 unguarded"] = build_engine(result.onnx, "ort", threads=args.threads,
