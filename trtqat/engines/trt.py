@@ -29,7 +29,7 @@ from trtqat.engines.errors import (
 from trtqat.engines.fileformat import KIND_ONNX, atomic_write
 from trtqat.engines.onnx_io import read_onnx_bytes
 from trtqat.engines.specs import PRECISION_FLAGS, BuildOptions, TensorSpec, precision_note
-from trtqat.engines.trt_lib import import_tensorrt, numpy_dtype, trt_major  # noqa: F401
+from trtqat.engines.trt_lib import import_tensorrt, numpy_dtype, trt_major
 
 log = logging.getLogger(__name__)
 
