@@ -167,6 +167,16 @@ def test_errors_of_a_quantizer_built_under_initialize_name_it():
     assert quant_nn.TensorQuantizer()._label() == "TensorQuantizer"  # held by no model
 
 
+def test_a_quantizer_is_named_in_the_users_model_not_in_torch_exports_wrapper():
+    """torch.export holds the traced model as ``_export_root`` of a wrapper while it traces;
+    a name found then is cached, so it must be the user's name, not the wrapper's."""
+    model = nn.Sequential(quant_nn.QuantConv2d(3, 4, 3))
+    wrapper = nn.Module()
+    wrapper._export_root = model  # what torch.export.export builds around the model
+    assert model[0].input_quantizer._label() == "quantizer '0._input_quantizer'"
+    del wrapper
+
+
 def test_compiled_before_any_eager_forward_has_no_graph_break(monkeypatch):
     from trtqat.quant import functional
 

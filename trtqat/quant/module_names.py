@@ -14,6 +14,9 @@ import gc
 from torch import nn
 
 _MAX_DEPTH = 64
+# torch.export wraps the model it traces in a module holding it as ``_export_root`` (and
+# strips that prefix from the names it reports); a name found through it would be cached.
+_TRACING_WRAPPERS = ("_export_root", "__export_root_")
 
 
 def _parents(module: nn.Module) -> list[tuple[nn.Module, str]]:
@@ -41,7 +44,8 @@ def root_and_name(module: nn.Module) -> tuple[nn.Module, str]:
     current = module
     seen = {id(module)}
     for _ in range(_MAX_DEPTH):
-        parents = [(p, k) for p, k in _parents(current) if id(p) not in seen]
+        parents = [(p, k) for p, k in _parents(current)
+                   if id(p) not in seen and k not in _TRACING_WRAPPERS]
         if not parents:
             break
         current, key = parents[0]
