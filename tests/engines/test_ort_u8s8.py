@@ -3,11 +3,14 @@ the probe, the exact uint8-weight rewrite, and the ORT engine build that applies
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from trtqat.engines.hints import HINTS_KEY, ORT_PASSES, EngineHints
 from trtqat.engines.ort_qdq import cpu_session, reencode_for_cpu
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_u8s8 import (
@@ -125,10 +128,18 @@ def test_reencoding_records_the_choice_and_stays_exact():
     model = _qdq_net(np.int8, matmul=False)  # TensorRT style: int8 activations, zero-point 0
     feed = _feed()
     want = cpu_session(model, 1, "basic").run(None, feed)[0]
-    new, report = reencode_for_cpu(model, None, count_nodes=False, u8s8_exact=False)
+    float_convs = copy.deepcopy(model)  # the 1x1 conv feeding the float Add stays a Conv
+    float_convs.metadata_props.add(key=HINTS_KEY, value=EngineHints(ort_rewrites=tuple(
+        p for p in ORT_PASSES if p != "float_output_convs")).to_json())
+    new, report = reencode_for_cpu(float_convs, None, count_nodes=False, u8s8_exact=False)
     assert report["cpu"]["u8s8_saturates"] is True
     assert report["cpu"]["uint8_weights"] == {"Conv": 1, "kept_int8_7bit_input": 1,
                                               "kept_int8_depthwise": 1}
+    np.testing.assert_allclose(cpu_session(new, 1).run(None, feed)[0], want, rtol=1e-5,
+                               atol=1e-3)
+    new, report = reencode_for_cpu(model, None, count_nodes=False, u8s8_exact=False)
+    assert report["passes"]["float_output_convs_integer"] == 1  # uint8 weights of its own
+    assert report["cpu"]["uint8_weights"] == {"Conv": 1, "kept_int8_depthwise": 1}
     np.testing.assert_allclose(cpu_session(new, 1).run(None, feed)[0], want, rtol=1e-5,
                                atol=1e-3)
     same, report = reencode_for_cpu(model, None, count_nodes=False, u8s8_exact=True)

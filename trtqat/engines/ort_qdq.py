@@ -45,6 +45,7 @@ from trtqat.engines.ort_inspect import (  # noqa: F401  (re-exported)
     is_embedding_output,
     optimized_model,
 )
+from trtqat.engines.ort_qdq_convint import integer_float_output_convs
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_qdq_matmul import (
     fold_constants,
@@ -187,6 +188,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
     if matmul_graph and "fuse_matmul_epilogues" in run:
         passes["matmul_epilogues"] = fuse_matmul_epilogues(g)
+    if "float_output_convs" in run:
+        passes["float_output_convs_integer"] = integer_float_output_convs(g)
     report["cpu"] = dict(cpu_int8_info(), u8s8_saturates=saturates)
     if saturates:  # not a pass a family chooses: the integer kernels here need it
         g.reindex()
