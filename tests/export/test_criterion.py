@@ -47,6 +47,32 @@ def test_noise_floor_widens_the_allowed_rate():
     assert not crit.top1_verdict(94, 100, None)[0]
 
 
+def _flipped(margin: float):
+    """8 samples whose two top logits are ``margin`` apart, the file flipping every one."""
+    ref = np.full((8, 10), -5.0, np.float32)
+    ref[:, 9], ref[:, 8] = 1.0, 1.0 - margin
+    got = ref.copy()
+    got[:, [8, 9]] = got[:, [9, 8]]
+    return [([got], [ref], True)]
+
+
+def test_flips_within_the_floors_largest_difference_are_rounding_ties():
+    """A deep untrained model (ResNet50, random weights, 64 px) moved single logits by 0.51 in
+    its own float64 rerun: its flips on samples whose top-2 logits are closer are ties; the
+    same flips on clear margins, or with a quiet floor, fail."""
+    from trtqat.export.validate import compare
+
+    chaotic = crit.NoiseFloor(mean_abs=0.08, flips=0, samples=8, max_abs=0.51)
+    quiet = crit.NoiseFloor(mean_abs=0.08, flips=0, samples=8, max_abs=0.001)
+    for floor, margin, passes in ((chaotic, 0.3, True), (chaotic, 1.5, False),
+                                  (quiet, 0.3, False)):
+        check = [c for c in compare("int8", _flipped(margin), ["out"], [floor])
+                 if c.name.startswith("top-1")][0]
+        assert check.passed is passes, check.line()
+    assert "8 rounding ties" in compare("int8", _flipped(0.3), ["out"], [chaotic])[-1].detail
+    assert crit.tie_margin(None) == 0.0
+
+
 def _fp16_pair(rel: float):
     ref = np.linspace(-10, 10, 40, dtype=np.float32).reshape(4, 10)
     got = ref.copy()

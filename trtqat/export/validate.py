@@ -137,6 +137,7 @@ class _Stats:
         self.diffs: list[np.ndarray] = []
         self.agree = 0
         self.samples = 0
+        self.margins: list[float] = []  # reference top-1 margins of the disagreeing samples
         self.bad_got = 0
         self.bad_ref = 0
 
@@ -152,8 +153,16 @@ class _Stats:
         self.count += d.size
         self.diffs.append(d.astype(np.float32))
         if top1 and ref.ndim == 2 and ref.shape[1] > 1:
-            self.agree += int((got.argmax(1) == ref.argmax(1)).sum())
+            same = got.argmax(1) == ref.argmax(1)
+            self.agree += int(same.sum())
             self.samples += ref.shape[0]
+            top2 = np.sort(ref[~same].astype(np.float64), axis=1)[:, -2:]
+            self.margins += [float(m) for m in top2[:, 1] - top2[:, 0]]
+
+    def ties(self, floor: crit.NoiseFloor | None) -> int:
+        """Disagreements that are rounding ties under ``floor`` (see criterion.tie_margin)."""
+        margin = crit.tie_margin(floor)
+        return sum(m <= margin for m in self.margins)
 
 
 def compare(variant: str, pairs: Iterable[tuple[list[np.ndarray], list[np.ndarray], bool]],
@@ -196,8 +205,8 @@ def compare(variant: str, pairs: Iterable[tuple[list[np.ndarray], list[np.ndarra
                                 "outputs; check the checkpoint's weights and amax values"))
         checks.append(_output_check(variant, name, s, floor, lambda i=i: half(i)))
         if s.samples:
-            ok, detail = crit.top1_verdict(s.agree, s.samples,
-                                           floor if variant in crit.MEAN_LIMIT else None)
+            int_floor = floor if variant in crit.MEAN_LIMIT else None
+            ok, detail = crit.top1_verdict(s.agree, s.samples, int_floor, s.ties(int_floor))
             if not ok and (hf := half(i)) is not None:
                 ok, detail = crit.top1_verdict(s.agree, s.samples, hf)
             checks.append(Check(f"top-1 agreement '{name}'", ok, detail))
