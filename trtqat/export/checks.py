@@ -59,7 +59,8 @@ def classifier_checks(variant: str, reference: Outputs, candidate: Outputs,
     if int8 and context.traced is not None and context.onnx_path:
         from trtqat.export.qdq_check import check_qdq_inventory
 
-        checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced))
+        checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced,
+                                          fp16=variant_row(variant).fp16))
     return checks
 
 

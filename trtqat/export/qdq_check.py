@@ -31,13 +31,14 @@ def _same(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
     return a.size == b.size and bool(np.allclose(a, b, rtol=rtol, atol=0.0))
 
 
-def check_qdq_inventory(graph_model: onnx.ModelProto, model: nn.Module) -> Check:
+def check_qdq_inventory(graph_model: onnx.ModelProto, model: nn.Module,
+                        fp16: bool = False) -> Check:
     """Compare the Q/DQ nodes of ``graph_model`` with the quantizers of ``model`` (the
-    module that was traced, BatchNorm already folded)."""
+    module that was traced, BatchNorm already folded). ``fp16`` (an fp16 variant) allows
+    scales fp16 rounding, as do fp16 scales found in the graph."""
     g = GraphIndex(graph_model.graph)
     found: dict[str, list[tuple[str, np.ndarray | None]]] = defaultdict(list)
     all_scales = []
-    fp16 = False
     for node in graph_model.graph.node:
         if node.op_type not in _QDQ or len(node.input) < 2:
             continue

@@ -187,5 +187,6 @@ def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
 
         from trtqat.export.qdq_check import check_qdq_inventory
 
-        checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced))
+        checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced,
+                                          fp16=variant_row(variant).fp16))
     return checks
