@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--epochs", type=int, default=None, help="FP32 epochs (default: recipe)")
     p.add_argument("--qat-epochs", type=int, default=None, help="default: the QAT recipe")
+    p.add_argument("--qat-lr", type=float, default=None, help="default: the QAT recipe")
     p.add_argument("--distill", type=float, default=None, help="QAT distillation weight")
     p.add_argument("--calib-batches", type=int, default=16)
     p.add_argument("--threads", type=int, default=1)
@@ -100,6 +101,7 @@ def one_seed(seed: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     t1 = time.perf_counter()
     qat = qat_finetune(QATConfig(checkpoint=str(root / f"ptq-{QAT_FROM.replace(' ', '-')}"
                                                / "best.pt"), epochs=args.qat_epochs,
+                                 lr=args.qat_lr,
                                  distill=args.distill,
                                  out=str(root / ("qat-distill" if args.distill else "qat")),
                                  **common))

@@ -17,9 +17,10 @@ Folders: ``runs/<model>/{fp32,ptq-*,qat}``, ``export_dir/<model>-*.onnx``,
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +94,21 @@ def model_folder(family, model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", arch_label(family.arch(model)))
 
 
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """PyTorch's CPU threads set to ``threads`` (the training stages') while the demo runs;
+    None (or 0) leaves torch's default."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport:
     """Run (or resume) the demo pipeline of every model of ``cfg``; returns the demo's report
     (each model's comparison, and where the report of them all went)."""
@@ -114,12 +130,13 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport
     pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
     t_start = time.perf_counter()
     sections = []
-    for i, ((model, family), folder) in enumerate(zip(plan, folders), 1):
-        echo(f"=== {model} ({i}/{len(plan)}) ===")
-        t_model = time.perf_counter()
-        report, top1 = _run_model(cfg, model, family, folder, echo)
-        sections.append(DemoSection(model, folder, report, top1,
-                                    time.perf_counter() - t_model))
+    with _torch_threads(cfg.threads):
+        for i, ((model, family), folder) in enumerate(zip(plan, folders), 1):
+            echo(f"=== {model} ({i}/{len(plan)}) ===")
+            t_model = time.perf_counter()
+            report, top1 = _run_model(cfg, model, family, folder, echo)
+            sections.append(DemoSection(model, folder, report, top1,
+                                        time.perf_counter() - t_model))
     demo = write_demo_report(sections, cfg.out)
     echo("")
     echo(demo.glance)
