@@ -58,5 +58,5 @@ def test_a_plugin_family_runs_every_stage(mlp_registered, tmp_path, capsys):
     assert set(report["skipped_passes"]) == {"fold_constants", "fold_batchnorm",
                                              "reducemean_to_gap", "unify_quantizers",
                                              "output_quantizers", "absorb_clips",
-                                             "fuse_matmul_epilogues"}
+                                             "fuse_matmul_epilogues", "float_output_convs"}
     assert report["passes"]["gemm_bias_quantized"] == 2

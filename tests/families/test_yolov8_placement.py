@@ -119,3 +119,34 @@ def test_lint_is_clean_and_the_check_scores_boxes_and_scores_apart(exported) -> 
     names = [c.name for c in result.checks]
     assert "output 'output0' boxes vs PyTorch fake-quant" in names
     assert "output 'output0' scores vs PyTorch fake-quant" in names
+
+
+def test_a_detection_model_built_by_ultralytics_keeps_its_head_float(caplog):
+    """``DetectionModel("yolov8n.yaml")`` as a user builds it (no trtqat attribute): the
+    prediction convs and the DFL conv get no active quantizer, with one NOTE line; marking
+    ``trtqat_float_layers = ()`` quantizes them."""
+    pytest.importorskip("ultralytics")
+    import trtqat
+    from trtqat.quant.model_ops import quantizers
+    from ultralytics.nn.tasks import DetectionModel
+
+    def active(model, inside: str) -> int:
+        return sum(1 for name, q in quantizers(model)
+                   if name.startswith(inside) and not q.disabled)
+
+    torch.manual_seed(0)
+    model = DetectionModel("yolov8n.yaml", nc=80, verbose=False)
+    with caplog.at_level("WARNING"):
+        trtqat.quantize(model)
+    assert "Detect head's prediction convs and DFL stay float" in caplog.text
+    head = len(model.model) - 1
+    for branch in ("cv2", "cv3"):
+        for level in range(3):
+            assert active(model, f"model.{head}.{branch}.{level}.2.") == 0
+            assert active(model, f"model.{head}.{branch}.{level}.0.") > 0  # the rest: INT8
+    assert active(model, f"model.{head}.dfl.") == 0
+    assert torch.equal(model.model[-1].dfl.conv.weight.flatten(), torch.arange(16.0))
+    marked = DetectionModel("yolov8n.yaml", nc=80, verbose=False)
+    marked.trtqat_float_layers = ()
+    trtqat.quantize(marked)
+    assert active(marked, f"model.{head}.dfl.") > 0

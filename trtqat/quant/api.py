@@ -34,6 +34,7 @@ from trtqat.quant.model_ops import (
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.placement import Placement, place
 from trtqat.quant.placement.verify import verify_placement
+from trtqat.quant.plugins.ultralytics import head_float_layers
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     """Quantize ``model`` in place with TensorRT's Q/DQ placement; calibrate it when
     ``forward_loop`` is given. Returns ``model``. Layers the model marks with a
     ``trtqat_float_layers`` attribute (glob patterns; the detection family's models mark
-    their final prediction convs and DFL) stay float, as in ``trtqat calibrate``.
+    their final prediction convs and DFL) stay float, as in ``trtqat calibrate``; an
+    Ultralytics ``DetectionModel`` without the attribute keeps its head's the same way.
 
     Args:
         model: a built float model, or one built under ``quant_modules.initialize()``.
@@ -65,8 +67,12 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     placement = place(model, cfg)
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
-    marked = tuple(getattr(model, "trtqat_float_layers", None) or ())
-    keep_float = (*held(model, marked), *cfg.keep_float)
+    marked = getattr(model, "trtqat_float_layers", None)
+    if marked is None and (marked := head_float_layers(model)):
+        log.warning("NOTE the Ultralytics Detect head's prediction convs and DFL stay float (as "
+                    "Ultralytics' QAT keeps them); set model.trtqat_float_layers = () before "
+                    "quantize() to quantize them")
+    keep_float = (*held(model, tuple(marked or ())), *cfg.keep_float)
     if keep_float:
         disable_layers(model, keep_float)
     if forward_loop is not None:

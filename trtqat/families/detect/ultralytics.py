@@ -32,6 +32,8 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
+from trtqat.quant.plugins.ultralytics import head_float_layers
+from trtqat.quant.plugins.ultralytics import is_detection_model as is_yolo
 
 
 class UltralyticsModelError(TrtqatError, ValueError):
@@ -47,12 +49,6 @@ def _ultralytics():
     tasks = require("ultralytics.nn.tasks", "ultralytics", "Ultralytics YOLO models")
     patch_is_qat()
     return tasks
-
-
-def is_yolo(model: nn.Module) -> bool:
-    """True for an Ultralytics ``DetectionModel`` (without importing Ultralytics)."""
-    return any(c.__name__ == "DetectionModel" and c.__module__.startswith("ultralytics")
-               for c in type(model).__mro__)
 
 
 def _ready(net: nn.Module) -> nn.Module:
@@ -113,22 +109,6 @@ def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None
 def yaml_of(model: nn.Module) -> dict[str, Any] | None:
     """The model's yaml dict (what a checkpoint records to rebuild it)."""
     return copy.deepcopy(getattr(model, "yaml", None)) if is_yolo(model) else None
-
-
-def head_float_layers(model: nn.Module) -> tuple[str, ...]:
-    """The final prediction convs and the DFL conv of an Ultralytics Detect head (its index
-    is the last layer's), as Ultralytics' own QAT keeps them; () for other models."""
-    if not is_yolo(model):
-        return ()
-    i = len(model.model) - 1
-    head = model.model[-1]
-    names = [f"model.{i}.cv2.*.2", f"model.{i}.cv3.*.2"]
-    if getattr(head, "one2one_cv2", None) is not None:
-        names += [f"model.{i}.one2one_cv2.*.2", f"model.{i}.one2one_cv3.*.2"]
-    if isinstance(getattr(head, "dfl", None), nn.Module) and any(
-            isinstance(m, nn.Conv2d) for m in head.dfl.modules()):
-        names.append(f"model.{i}.dfl*")  # the DFL module and its conv
-    return tuple(names)
 
 
 def batch_of(targets: list[torch.Tensor], image_hw: tuple[int, int], device) -> dict:
