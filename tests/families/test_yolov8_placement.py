@@ -126,9 +126,10 @@ def test_a_detection_model_built_by_ultralytics_keeps_its_head_float(caplog):
     prediction convs and the DFL conv get no active quantizer, with one NOTE line; marking
     ``trtqat_float_layers = ()`` quantizes them."""
     pytest.importorskip("ultralytics")
+    from ultralytics.nn.tasks import DetectionModel
+
     import trtqat
     from trtqat.quant.model_ops import quantizers
-    from ultralytics.nn.tasks import DetectionModel
 
     def active(model, inside: str) -> int:
         return sum(1 for name, q in quantizers(model)
