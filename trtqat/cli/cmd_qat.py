@@ -11,7 +11,8 @@ SUMMARY = "QAT: fine-tune a calibrated checkpoint with fake quantization"
 DESCRIPTION = ("Fine-tune a calibrated (PTQ) checkpoint with fake quantization in the "
                "forward pass. Default recipe (TensorRT's guidance): ~10% of the FP32 run's epochs "
                "(at least 1), starting at 1% of its learning rate, cosine-annealed per iteration "
-               "down to 1% of that. Every default can be overridden.")
+               "down to 1% of that (detectors: 20% of the epochs at 10% of the learning "
+               "rate). Every default can be overridden.")
 EPILOG = ("example:\n  trtqat qat --checkpoint runs/ptq/best.pt --out runs/qat\n"
           "  trtqat qat --checkpoint runs/minilm/ptq/best.pt --out runs/minilm/qat\n\n"
           "Encoder checkpoints (from `trtqat calibrate --model minilm`): self-distillation from "

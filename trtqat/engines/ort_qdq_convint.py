@@ -75,8 +75,9 @@ def _rewrite(g: Graph, conv: onnx.NodeProto) -> bool:
         return False
     rank = weight.ndim
     name = conv.name or "conv"
-    # uint8 weights (+128, exact): ORT's u8u8 ConvInteger was 1.3x faster than the float Conv
-    # here (AVX2), its int8-weight path 3.5x slower, and u8s8 kernels can saturate on AVX2
+    # uint8 weights (+128, exact): measured on AVX2 (no VNNI), ORT's u8u8 ConvInteger ran
+    # 1.3x faster than the float Conv and its int8-weight path 3.5x slower than u8u8; u8s8
+    # kernels can also saturate there. VNNI CPUs: unmeasured.
     shift = 128 if weight.dtype == np.int8 else 0
     w_u8 = g.add_init(f"{name}_w_u8", (weight.astype(np.int16) + shift).astype(np.uint8))
     zp_w_scalar = g.scalar(int(zp_w.reshape(-1)[0]) + shift, np.uint8)
