@@ -16,6 +16,8 @@ and builds a model for 3 x 16 x 16 images (any size that halves twice works). Na
 * ``matmul_attention``: attention written with ``q @ k.transpose(-2, -1)``, softmax, ``@ v``.
 * ``untraceable``: a residual block whose forward branches on the data (FX cannot trace it).
 * ``bnact``: timm's ``BatchNormAct2d`` after each conv (needs timm).
+
+:class:`SmallNet` is the smallest CNN of the pytorch-quantization compatibility tests.
 """
 
 from __future__ import annotations
@@ -223,6 +225,22 @@ def bnact(num_classes: int = 10) -> nn.Module:
     model.stem[1] = BatchNormAct2d(8, act_layer=nn.ReLU)
     model.stem[2] = nn.Identity()
     return model
+
+
+class SmallNet(nn.Module):
+    """conv -> ReLU -> pool -> fc (3 -> 4 -> 3 classes): the smallest CNN, as
+    pytorch-quantization programs build one, e.g. under ``quant_modules.initialize()``.
+    Not in :data:`CATALOGUE` (it has no rule of its own to place)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.relu(self.conv(x))), 1))
 
 
 CATALOGUE = ("residual", "concat_upsample", "maxpool", "se", "groupnorm", "two_heads",

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from catalogue import SmallNet
 from torch import nn
 
 import trtqat
@@ -20,20 +21,9 @@ from trtqat.nn.modules import _utils
 from trtqat.tensor_quant import QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor
 
 
-class _Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
-
-
 def _quant_net() -> nn.Module:
     with quant_modules.initialized():
-        return _Net().eval()
+        return SmallNet().eval()
 
 
 def test_default_quant_map_drives_yolov7_style_replacement():
@@ -41,7 +31,7 @@ def test_default_quant_map_drives_yolov7_style_replacement():
     it with its own ``_quant_entry``."""
     module_dict = {id(getattr(e.orig_mod, e.mod_name)): e.replace_mod
                    for e in quant_modules._DEFAULT_QUANT_MAP}
-    model = _Net()
+    model = SmallNet()
     for name, child in list(model.named_children()):
         if id(type(child)) in module_dict:
             setattr(model, name, module_dict[id(type(child))].from_float(child))

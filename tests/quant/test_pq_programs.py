@@ -6,6 +6,7 @@ import io
 import numpy as np
 import pytest
 import torch
+from catalogue import SmallNet
 from torch import nn
 
 from trtqat import calib, quant_modules
@@ -13,22 +14,10 @@ from trtqat import nn as quant_nn
 from trtqat.tensor_quant import QuantDescriptor
 
 
-class _Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(self.relu(self.conv(x))), 1))
-
-
 def _quant_net():
     quant_modules.initialize()
     try:
-        return _Net()
+        return SmallNet()
     finally:
         quant_modules.deactivate()
 
