@@ -191,6 +191,24 @@ def test_attention_scores_plus_a_position_bias_are_no_residual():
     assert "residual-add" not in rules(g.model(out))
 
 
+def test_shifted_window_scores_plus_bias_then_mask_are_no_residual():
+    # Swin's shifted blocks: scores + position bias, reshaped to the windows, + the shift
+    # mask, reshaped back, then the Softmax; the same Add feeding a Relu stays a residual
+    def scores_plus_bias(g: G) -> str:
+        scores = g.op("MatMul", [g.qdq("x", name="q"), g.qdq("x", name="k")])
+        bias = g.op("Unsqueeze", [g.op("Relu", ["x"]), g.const(np.array([0], np.int64))])
+        return g.op("Add", [scores, bias], name="attn/Add_1")
+
+    shape = np.array([1, 1, 4, 4], np.int64)
+    g = G()
+    windows = g.op("Reshape", [scores_plus_bias(g), g.const(shape)])
+    mask = g.op("Unsqueeze", [g.op("Sigmoid", ["x"]), g.const(np.array([0], np.int64))])
+    masked = g.op("Reshape", [g.op("Add", [windows, mask], name="attn/Add_2"), g.const(shape)])
+    assert "residual-add" not in rules(g.model(g.op("Softmax", [masked], axis=-1)))
+    g = G()
+    assert "residual-add" in rules(g.model(g.op("Relu", [scores_plus_bias(g)])))
+
+
 def test_exported_resnet18_is_clean(resnet18_int8):
     report = lint_model(resnet18_int8)
     assert report.findings == [], report.lines()

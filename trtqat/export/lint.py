@@ -77,6 +77,8 @@ def _layer_of(name: str) -> str:
 
 SKIP_LAYERS_KEY = "trtqat.skip_layers"  # metadata_props: comma-separated glob patterns
 _ON_PURPOSE = {"float-layer", "residual-add", "unquantized-input"}
+# ops between attention scores and their Softmax (a mask Add, reshapes of the windows)
+_TO_NORM = frozenset({"Add", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten"})
 
 
 def _scope(name: str) -> str:
@@ -311,10 +313,10 @@ class _Linter:
         inputs = [i for i in node.input if i and not self.g.is_constant(i)]
         if len(inputs) != 2 or any(self._dq(i) for i in inputs):
             return
-        if any(u.op_type in ("LayerNormalization", "Softmax")
-               for u in self.g.consumers.get(node.output[0], [])):
+        if self._reaches_norm(node.output[0]):
             return  # a transformer's residual (the sum goes to a float LayerNorm), or
-            # attention scores plus a position bias or mask going to the Softmax
+            # attention scores plus a position bias or mask going to the Softmax (through
+            # the reshapes and the second Add of a shifted window's mask, as in Swin)
         producers = [self.g.producer.get(i) for i in inputs]
         # TensorRT fuses the Add into a conv whose output only the Add reads; a conv output
         # read elsewhere too (a stem feeding the next conv and the shortcut) cannot fuse
@@ -322,6 +324,17 @@ class _Linter:
                and len(self.g.consumers.get(i, [])) == 1 for p, i in zip(producers, inputs)):
             self.add("residual-add", "warning", node, "neither input has Q/DQ: quantize the "
                      "identity input so TensorRT fuses conv + add and keeps the block INT8")
+
+    def _reaches_norm(self, name: str, hops: int = 6) -> bool:
+        """True when ``name`` flows into a LayerNormalization or Softmax through at most
+        ``hops`` reshapes or further Adds (float ops TensorRT keeps around them)."""
+        for user in self.g.consumers.get(name, []):
+            if user.op_type in ("LayerNormalization", "Softmax"):
+                return True
+            if hops and user.op_type in _TO_NORM and self._reaches_norm(user.output[0],
+                                                                        hops - 1):
+                return True
+        return False
 
     def _check_concat(self, node: onnx.NodeProto) -> None:
         inputs = [i for i in node.input if i and not self.g.is_constant(i)]
