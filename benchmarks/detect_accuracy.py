@@ -4,7 +4,8 @@ Per seed, on the embedded digits detection data (96x96 canvases, 300 validation 
 their ~750 boxes): FP32 training with the family's recipe (``trtqat.stages.train_fp32``),
 PTQ of its best checkpoint with each calibrator (max, percentile 99.9 / 99.99, mse,
 entropy: ``trtqat.stages.calibrate``), and QAT (``trtqat.stages.qat_finetune``, the family's
-recipe: 10% of the FP32 epochs at 1% of its lr, cosine to 1% of that) from the family's
+recipe: 20% of the FP32 epochs at 10% of its lr, cosine to 1% of that; ``--qat-epochs`` and
+``--qat-lr`` override it) from the family's
 default calibration (percentile 99.99). Every figure is COCO mAP (pycocotools) on the
 validation split: mAP@[.5:.95] and mAP@.5, in percent.
 
