@@ -69,6 +69,20 @@ def test_compiled_graphs_hold_plain_aten_ops_and_match_eager(learn, axis):
         assert "aten.round.default" in targets
 
 
+def test_decompositions_reach_inductor_compiled_after_another_model(monkeypatch):
+    """Inductor copies its decomposition table the first time it compiles anything; a model
+    compiled before the first quantizer (a fresh process, the suite's other files) must not
+    leave the quantizer opaque to it."""
+    from torch._inductor.decomposition import decompositions, select_decomp_table
+
+    monkeypatch.setattr(fake_quant_op, "_DECOMPOSED", False)
+    for op in (torch.ops.trtqat.fake_quant.default, torch.ops.trtqat.fake_quant_grad.default,
+               torch.ops.trtqat.fake_quant_learnable_grad.default):
+        monkeypatch.delitem(decompositions, op, raising=False)
+    select_decomp_table()  # what compiling an unquantized model first leaves behind
+    test_compiled_graphs_hold_plain_aten_ops_and_match_eager(False, None)
+
+
 def test_custom_op_is_registered_with_fake_and_autograd():
     x = torch.randn(3, 4, requires_grad=True)
     amax = torch.tensor(0.5, requires_grad=True)

@@ -103,11 +103,18 @@ def register_inductor_decompositions() -> bool:
     if _DECOMPOSED:
         return True
     try:
-        from torch._inductor.decomposition import decompositions
+        from torch._inductor import decomposition
     except Exception:  # inductor unavailable in this torch build: the ops stay opaque
         return False
-    decompositions[torch.ops.trtqat.fake_quant.default] = _forward_decomposition
-    decompositions[torch.ops.trtqat.fake_quant_grad.default] = _grad_decomposition
-    decompositions[torch.ops.trtqat.fake_quant_learnable_grad.default] = _fused.learnable_grad
+    table = decomposition.decompositions
+    table[torch.ops.trtqat.fake_quant.default] = _forward_decomposition
+    table[torch.ops.trtqat.fake_quant_grad.default] = _grad_decomposition
+    table[torch.ops.trtqat.fake_quant_learnable_grad.default] = _fused.learnable_grad
+    # inductor caches a copy of the table the first time it compiles anything
+    # (``fast_random_decomps``); a model compiled earlier in the process made that copy
+    # without these entries, so drop it
+    cached = getattr(decomposition, "fast_random_decomps", None)
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()
     _DECOMPOSED = True
     return True
