@@ -39,7 +39,7 @@ def test_builtin_detector_end_to_end(tmp_path: Path) -> None:
     assert [i.name for i in model.graph.input] == ["images"]
     assert any(n.op_type == "NonMaxSuppression" for n in model.graph.node)
     trtqat("compare", "--run", str(runs), "--variants", "qat-int8", "--duration", "0.1",
-           "--batch-sizes", "1", "--export-dir", str(tmp_path / "e"),
+           "--batch-sizes", "1", "--export-dir", str(tmp_path / "x"),  # reuses the export
            "--out", str(tmp_path / "engines"))
     report = json.loads((tmp_path / "engines" / "report.json").read_text())
     assert report["metric"] == "map"
