@@ -25,7 +25,7 @@ def run_root(tmp_path_factory) -> Path:
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("compare") / "runs"
-    train_fp32(TrainConfig(model="resnet18", epochs=4, out=str(root / "fp32"), **TINY))
+    train_fp32(TrainConfig(model="resnet18", epochs=2, out=str(root / "fp32"), **TINY))  # ~89%
     calibrate(CalibrateConfig(checkpoint=str(root / "fp32" / "best.pt"), out=str(root / "ptq-max"),
                               method="max", num_batches=4, progress=False, device="cpu"))
     torch.set_num_threads(n)
