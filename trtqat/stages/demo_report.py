@@ -19,6 +19,7 @@ from trtqat.families.types import MappingView
 from trtqat.stages.compare.plot import plot_reports
 from trtqat.stages.compare.report import table_rows
 from trtqat.stages.compare.result import CompareReport
+from trtqat.tables import markdown_table, text_table
 
 
 @dataclass
@@ -108,17 +109,9 @@ def glance_rows(sections: list[DemoSection]) -> tuple[list[str], list[list[str]]
     return header, rows
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def format_glance(sections: list[DemoSection]) -> str:
     """The summary as plain text for the terminal."""
-    header, rows = glance_rows(sections)
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return text_table(*glance_rows(sections))
 
 
 def format_markdown(sections: list[DemoSection], document: dict[str, Any]) -> str:
@@ -130,14 +123,14 @@ def format_markdown(sections: list[DemoSection], document: dict[str, Any]) -> st
           f"model, {first['backend']} engines of each variant on {m['cpu']} "
           f"({m['cores']} cores). Accuracy is the engines' on the validation split; timings "
           "are medians over interleaved rounds, ± their spread (max - min) / median.", "",
-          *_table(*glance_rows(sections)), "", "![every model](report.png)", ""]
+          *markdown_table(*glance_rows(sections)), "", "![every model](report.png)", ""]
     for s in sections:
         doc = s.report.document
         md += [f"## {s.model}", ""]
         if doc["partial"]:
             md += [f"**Partial**: {', '.join(doc['failed'])} failed; the other variants were "
                    "measured.", ""]
-        md += _table(*table_rows(doc))
+        md += markdown_table(*table_rows(doc))
         if s.pytorch_top1:
             cells = ", ".join(f"{k} {v:.2f}" for k, v in s.pytorch_top1.items() if v >= 0)
             md += ["", f"- PyTorch top-1 of the training stages (fake quantization, best "

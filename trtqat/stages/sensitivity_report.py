@@ -18,6 +18,7 @@ from trtqat.stages.sensitivity_sweep import (
     evaluate_configs,
     layer_units,
 )
+from trtqat.tables import text_table
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +171,7 @@ def format_table(result: SensitivityResult, top: int = 10) -> str:
     header = ["rank", "layer", f"{c['metric']} {sign}", "top1", "loss", "output-mse"]
     body = [[str(r["rank"]), r["layer"], f"{r['effect']:+.4g}", f"{r['top1']:.2f}",
              f"{r['loss']:.4f}", f"{r['output_mse']:.4g}"] for r in result.rows[:top]]
-    widths = [max(len(x) for x in col) for col in zip(header, *body)]
-    line = lambda cells: "  ".join(s.ljust(w) for s, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([head, line(header), line(["-" * w for w in widths]),
-                      *(line(r) for r in body)])
+    return "\n".join([head, text_table(header, body)])
 
 
 def format_suggestion(result: SensitivityResult) -> str:

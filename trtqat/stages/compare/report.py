@@ -12,6 +12,7 @@ from typing import Any
 
 from trtqat.atomic import write_atomic, write_json
 from trtqat.stages.compare.plot import ENCODER_METRIC, plot_report  # noqa: F401 (re-exported)
+from trtqat.tables import markdown_table, text_table
 
 UNSTABLE_SPREAD = 0.10  # a timing figure whose spread exceeds this is flagged
 
@@ -183,10 +184,7 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def format_table(report: dict[str, Any]) -> str:
     """A plain-text table for the terminal."""
-    header, rows = table_rows(report)
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return text_table(*table_rows(report))
 
 
 def format_markdown(report: dict[str, Any]) -> str:
@@ -196,8 +194,7 @@ def format_markdown(report: dict[str, Any]) -> str:
     if report["partial"]:
         md += [f"**Partial report**: {', '.join(report['failed'])} failed; the other variants "
                "were measured.", ""]
-    md += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    md += ["| " + " | ".join(r) + " |" for r in rows]
+    md += markdown_table(header, rows)
     m = report["machine"]
     md += ["", f"- backend: {report['backend']} ({', '.join(report['providers'])})",
            f"- machine: {m['cpu']}, {m['cores']} cores, {m['platform']}",
