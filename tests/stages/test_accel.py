@@ -196,27 +196,37 @@ def test_device_cuda_without_a_gpu_is_one_line_everywhere(fp32_run, ptq_run, tmp
     assert not out.exists()
 
 
-def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
+def _stub_demo_stages(monkeypatch, record) -> list:
+    """The demo with every stage stubbed: ``record(cfg)`` for each training-stage call (the
+    demo finds the family once and calls its stage hooks); returns the list that collects
+    the CompareConfig of each model."""
     from types import SimpleNamespace
 
     from trtqat.families.cnn import CNNFamily
     from trtqat.runs import checkpoint
     from trtqat.stages import demo
 
-    seen = []
+    def stage(result):
+        return lambda self, cfg, *src: record(cfg) or result
 
-    def stage(result):  # the demo finds the family once and calls its stage hooks
-        return lambda self, cfg, *src: seen.append((type(cfg).__name__, cfg.device)) or result
-
-    monkeypatch.setattr(D, "pick_device", lambda name, local_rank=0: torch.device("cpu"))
     monkeypatch.setattr(CNNFamily, "run_train", stage({}))
     monkeypatch.setattr(CNNFamily, "run_calibrate", stage({"best_top1": 50.0}))
     monkeypatch.setattr(CNNFamily, "run_qat", stage({}))
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {})
-    compared = []
+    compared: list = []
     monkeypatch.setattr(demo, "compare", lambda cfg, echo: compared.append(cfg) or cfg.run)
     monkeypatch.setattr(demo, "write_demo_report", lambda sections, out: SimpleNamespace(
         glance="", files=dict.fromkeys(("md", "json", "png"), out), sections=sections))
+    return compared
+
+
+def test_demo_passes_its_device_to_every_training_stage(tmp_path, monkeypatch):
+    from trtqat.stages import demo
+
+    seen = []
+    monkeypatch.setattr(D, "pick_device", lambda name, local_rank=0: torch.device("cpu"))
+    compared = _stub_demo_stages(monkeypatch,
+                                 lambda cfg: seen.append((type(cfg).__name__, cfg.device)))
     models = ["resnet18", "mobilenet_v2"]
     report = demo.run_demo(demo.DemoConfig(model=",".join(models), device="cuda",
                                            runs=str(tmp_path)), echo=lambda s: None)
@@ -234,25 +244,10 @@ def test_demo_threads_reach_training_and_are_restored(tmp_path, monkeypatch):
     """``trtqat demo --threads 1``: the training stages run on one torch thread (on a loaded
     machine two threads made a MobileNetV2 epoch 20x slower), ORT gets it too, and torch's
     own count comes back afterwards."""
-    from types import SimpleNamespace
-
-    from trtqat.families.cnn import CNNFamily
-    from trtqat.runs import checkpoint
     from trtqat.stages import demo
 
     seen = []
-
-    def stage(result):
-        return lambda self, cfg, *src: seen.append(torch.get_num_threads()) or result
-
-    monkeypatch.setattr(CNNFamily, "run_train", stage({}))
-    monkeypatch.setattr(CNNFamily, "run_calibrate", stage({"best_top1": 50.0}))
-    monkeypatch.setattr(CNNFamily, "run_qat", stage({}))
-    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {})
-    compared = []
-    monkeypatch.setattr(demo, "compare", lambda cfg, echo: compared.append(cfg) or cfg.run)
-    monkeypatch.setattr(demo, "write_demo_report", lambda sections, out: SimpleNamespace(
-        glance="", files=dict.fromkeys(("md", "json", "png"), out), sections=sections))
+    compared = _stub_demo_stages(monkeypatch, lambda cfg: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
