@@ -109,8 +109,10 @@ def integer_float_output_convs(g: Graph) -> int:
     """Rewrite every qualifying quantized Conv with a float output (see the module
     docstring); returns how many were rewritten."""
     count = 0
+    g.reindex()
     for conv in [n for n in g.graph.node if n.op_type == "Conv"]:
-        g.reindex()
-        count += _rewrite(g, conv)
+        if _rewrite(g, conv):
+            count += 1
+            g.reindex()  # only a rewrite changes producers and consumers
     g.finish()
     return count
