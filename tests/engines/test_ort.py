@@ -94,6 +94,10 @@ def test_refuses_other_backend_version_and_loads_plain_onnx(dynamic_onnx, tmp_pa
     (tmp_path / "junk.bin").write_bytes(b"\x01\x02junk")
     with pytest.raises(EngineFileError, match="is not an ONNX model; if it is a TensorRT plan"):
         load_engine(tmp_path / "junk.bin", backend="ort")
+    # binary data that happens to open with "{" (1 random file in 256) is no JSON file
+    (tmp_path / "brace.bin").write_bytes(b"{" + bytes(range(256)))
+    with pytest.raises(EngineFileError, match="is not an ONNX model; if it is a TensorRT plan"):
+        load_engine(tmp_path / "brace.bin", backend="ort")
 
 
 def test_old_container_files_load_with_a_deprecation_note(dynamic_onnx, tmp_path,

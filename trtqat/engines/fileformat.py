@@ -151,11 +151,26 @@ def read_engine_files(path: str | os.PathLike[str]) -> EngineFile:
                     "--saveEngine=NEW --skipInference'", p, p)
         kind = KIND_ONNX if looks_like_onnx(payload) else KIND_PLAN
         return EngineFile(p, payload, header, kind, legacy=True)
-    if data[:64].lstrip()[:1] in (b"{", b"["):
+    if _looks_like_json(data):
         raise EngineFileError(f"{p} is a JSON file, not an engine; pass the engine file itself "
                               "(the sidecar is found beside it)")
     kind = KIND_ONNX if looks_like_onnx(data) else KIND_PLAN
     return EngineFile(p, data, _read_sidecar(p, data), kind)
+
+
+def _looks_like_json(data: bytes) -> bool:
+    """True for text opening with ``{`` or ``[`` (a sidecar or report, even a damaged one);
+    binary data that merely starts with that byte is not text."""
+    head = data[:64]
+    if head.lstrip()[:1] not in (b"{", b"["):
+        return False
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a character cut by the 64-byte slice is still text
+        if exc.reason != "unexpected end of data":
+            return False
+        text = head[:exc.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def _read_container(p: Path, data: bytes) -> tuple[dict[str, Any], bytes]:
