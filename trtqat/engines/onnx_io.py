@@ -128,6 +128,10 @@ def has_float16(model: onnx.ModelProto) -> bool:
 # "all" level) on float16 graphs they do not speed up: the CPU NCHWc layout transformer on
 # the exporter's fp16 nn.MultiheadAttention pattern.
 FP16_UNSAFE_ORT_OPTIMIZERS = ("NchwcTransformer",)
+# ORT's Q/DQ fusions, disabled for a float16 Q/DQ graph that ORT cannot load with them: ORT
+# 1.32 fuses DQ -> Concat -> Q into QLinearConcat whatever the scales' type, and rejects its
+# own node when they are float16 (the INT8+FP16 variant of any model with quantized Concats)
+FP16_QDQ_FUSIONS = "QDQSelectorActionTransformer"
 
 
 def ort_disabled_optimizers(model: onnx.ModelProto) -> list[str]:

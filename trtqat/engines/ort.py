@@ -25,7 +25,13 @@ import onnx
 from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
 from trtqat.engines.fileformat import KIND_ONNX
-from trtqat.engines.onnx_io import onnx_input_specs, onnx_output_specs, ort_disabled_optimizers
+from trtqat.engines.onnx_io import (
+    FP16_QDQ_FUSIONS,
+    has_float16,
+    onnx_input_specs,
+    onnx_output_specs,
+    ort_disabled_optimizers,
+)
 from trtqat.engines.specs import (
     PRECISION_FLAGS,
     PROVIDERS,
@@ -239,7 +245,15 @@ class OrtBuilder(Builder):
                 so.optimized_model_filepath = str(optimized)
             source = model.SerializeToString()
             disabled = ort_disabled_optimizers(model)
-            _create_session(ort, source, so, providers, str(path), disabled)
+            try:
+                _create_session(ort, source, so, providers, str(path), disabled)
+            except EngineBuildError:
+                if not has_float16(model) or FP16_QDQ_FUSIONS in disabled:
+                    raise
+                log.info("%s: ONNX Runtime cannot load it with its Q/DQ fusions on float16 "
+                         "scales; built without them", path)
+                disabled = [*disabled, FP16_QDQ_FUSIONS]
+                _create_session(ort, source, so, providers, str(path), disabled)
             payload = optimized.read_bytes() if not compiled else source
         header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__,
                                   ignored=ignored)
