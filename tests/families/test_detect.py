@@ -21,7 +21,7 @@ from trtqat.families.detect.export import detection_checks
 from trtqat.families.detect.loss import DetectionLoss
 from trtqat.families.detect.metrics import coco_map, postprocess
 from trtqat.families.detect.nms import OUTPUT, add_nms
-from trtqat.families.detect.yolo import YoloDigits
+from trtqat.families.detect.yolo import LEGACY_ACT, LEGACY_WIDTHS, YoloDigits
 from trtqat.quant.model_ops import quantizers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -261,7 +261,8 @@ def test_old_detector_checkpoints_load_with_the_placement_they_were_made_with() 
     from trtqat.quant.model_ops import disable_layers, quantize
 
     family = families.get("detect")
-    old = YoloDigits(10)  # quantized as the family did before the placement was recorded
+    # quantized as the family did before the placement (or the model's shape) was recorded
+    old = YoloDigits(10, LEGACY_WIDTHS, LEGACY_ACT)
     quantize(old, QuantConfig(quant_desc_input=QUANT_DESC_INPUT))
     disable_layers(old, ("head.box.*", "head.cls.*"))
     spec = {"arch": "yolo_digits", "family": "detect", "num_classes": 10, "quantized": True,
@@ -281,10 +282,41 @@ def _placed_state() -> dict:
     (``stage4.2.pool_quantizer_1``), each with its amax."""
     from trtqat.quant.model_ops import collect_stats, compute_amax
 
-    model = YoloDigits(10)
+    model = YoloDigits(10, LEGACY_WIDTHS, LEGACY_ACT)
     families.get("detect").quantize(model)
     collect_stats(model, [torch.rand(1, 3, 64, 64)], progress=False)
     compute_amax(model, "max")
     state = model.state_dict()
     assert "stage4.2.pool_quantizer_1._amax" in state
     return state
+
+
+
+
+def test_builtin_detector_records_its_shape_and_old_checkpoints_keep_theirs() -> None:
+    from trtqat.families.detect.sources import DetectorSourceError
+
+    family = families.get("detect")
+    source = family.origin("yolo_digits")  # written into every new checkpoint's spec
+    assert (source["widths"], source["act"]) == ([32, 48, 64, 96], "relu")
+    spec = {"arch": "yolo_digits", "family": "detect", "num_classes": 10,
+            "quantized": False, "skip_layers": []}
+    old = YoloDigits(10, LEGACY_WIDTHS, "silu").eval()  # the earlier built-in detector
+    x = torch.rand(1, 3, 64, 64)
+    for recorded in ({"model": "yolo_digits", "kind": "builtin"}, None):  # nothing recorded
+        ckpt = {"model": {**spec, **({"source": recorded} if recorded else {})},
+                "state_dict": old.state_dict()}
+        loaded = family.load(ckpt).eval()
+        assert isinstance(loaded.stem.act, torch.nn.SiLU)
+        assert torch.equal(loaded(x), old(x))
+    fresh = family.build("yolo_digits", 10)
+    assert (fresh.widths, fresh.act) == ((32, 48, 64, 96), "relu")
+    assert isinstance(fresh.head.cls_stem[2][1].act, torch.nn.ReLU)
+    new = family.load({"model": {**spec, "source": source}, "state_dict": fresh.state_dict()})
+    assert (new.widths, new.act) == (fresh.widths, fresh.act)
+    for bad, match in (({"widths": "wide"}, "widths 'wide'"), ({"act": "gelu"}, "'gelu'")):
+        with pytest.raises(DetectorSourceError, match=match):
+            family.load({"model": {**spec, "source": {**source, **bad}},
+                         "state_dict": fresh.state_dict()})
+    with pytest.raises(ValueError, match="unknown activation 'gelu'"):
+        YoloDigits(10, act="gelu")

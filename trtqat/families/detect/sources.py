@@ -70,19 +70,25 @@ def origin(model: str) -> dict[str, Any]:
         info = describe(model.removeprefix(PREFIX))
         return {**info, "model": PREFIX + info["model"], "kind": "file"}
     if kind == "builtin":
-        return {"model": BUILTIN, "kind": "builtin"}
+        from trtqat.families.detect.yolo import DEFAULT_ACT, WIDTHS
+
+        return {"model": BUILTIN, "kind": "builtin", "widths": list(WIDTHS), "act": DEFAULT_ACT}
     return {"model": model, "kind": "ultralytics"}
 
 
 def build(model: str, num_classes: int | None, spec_source: dict[str, Any] | None = None
           ) -> nn.Module:
     """The float detector ``model`` names (``spec_source``: a checkpoint's record, which
-    holds an Ultralytics model's yaml, so a rebuild needs neither file)."""
+    holds an Ultralytics model's yaml, so a rebuild needs neither file, and the built-in
+    detector's widths and activation: the earlier ones where a checkpoint does not record
+    them)."""
     kind = kind_of(model)
     if kind == "builtin":
-        from trtqat.families.detect.yolo import yolo_digits
+        from trtqat.families.detect import yolo
 
-        return yolo_digits(num_classes or 10)
+        if spec_source is None:
+            return yolo.yolo_digits(num_classes or 10)
+        return yolo.yolo_digits(num_classes or 10, *_builtin_shape(spec_source))
     if kind == "file":
         from trtqat.families.cnn.model_source import build as build_file
 
@@ -93,6 +99,22 @@ def build(model: str, num_classes: int | None, spec_source: dict[str, Any] | Non
         return build_yolo(model, num_classes, (spec_source or {}).get("yaml"))
     raise DetectorSourceError(f"--model {model} is not a detector: use yolo_digits, "
                               "detect:FILE.py:FACTORY, an Ultralytics .yaml or .pt")
+
+
+def _builtin_shape(source: dict[str, Any]) -> tuple[tuple[int, ...], str]:
+    """The built-in detector's widths and activation a checkpoint records, checked (the
+    earlier model's where it records none)."""
+    from trtqat.families.detect.yolo import ACTIVATIONS, LEGACY_ACT, LEGACY_WIDTHS
+
+    widths, act = source.get("widths", LEGACY_WIDTHS), source.get("act", LEGACY_ACT)
+    if (not isinstance(widths, (list, tuple)) or len(widths) != 4
+            or not all(isinstance(c, int) and 0 < c <= 4096 for c in widths)):
+        raise DetectorSourceError(f"the checkpoint records yolo_digits widths {widths!r}: "
+                                  "expected 4 channel counts; was it written by trtqat?")
+    if act not in ACTIVATIONS:
+        raise DetectorSourceError(f"the checkpoint records yolo_digits activation {act!r}: "
+                                  f"expected one of {sorted(ACTIVATIONS)}")
+    return tuple(widths), act
 
 
 def float_layers(model: nn.Module) -> tuple[str, ...]:
