@@ -291,8 +291,6 @@ def _placed_state() -> dict:
     return state
 
 
-
-
 def test_builtin_detector_records_its_shape_and_old_checkpoints_keep_theirs() -> None:
     from trtqat.families.detect.sources import DetectorSourceError
 
