@@ -16,7 +16,8 @@ ratios, with their spread.
 Targets (issue 25): INT8 latency <= 1.1x ORT PTQ's, and INT8 faster than FP32 wherever ORT
 PTQ is. On x86 CPUs without VNNI our engine keeps exact integer results (uint8 weights where
 ORT's u8s8 kernels would saturate, ``trtqat.engines.ort_u8s8``) while ORT PTQ runs the
-saturating kernels; ``--unguarded`` also times our engine built the same way.
+saturating kernels; ``--fast`` also times our engine built the same way (``trtqat-exec
+--cpuInt8=fast``).
 
 A model that fails is recorded with the failed stage and error; the sweep goes on. The
 agreement of the re-encoded engine with the exported ONNX is recorded, never enforced
@@ -102,8 +103,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="s per engine and batch size, over all rounds")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--warmup", type=float, default=200.0, help="ms before each round")
-    p.add_argument("--unguarded", action="store_true",
-                   help="also time our INT8 engine with ORT's saturating u8s8 kernels")
+    p.add_argument("--fast", "--unguarded", dest="fast", action="store_true",
+                   help="also time our INT8 engine built with ORT's saturating u8s8 kernels "
+                   "(trtqat-exec --cpuInt8=fast)")
     p.add_argument("--out", default="runs/zoo", help="results folder")
     args = p.parse_args(argv)
     try:
@@ -126,7 +128,7 @@ def _fp32_onnx(model: torch.nn.Module, name: str, size: int, out: Path) -> Path:
 
 
 def _engines(model, result: ZooResult, size: int, out: Path, args) -> dict[str, Any]:
-    """Our INT8 engine (from run_ptq), FP32, ORT PTQ (and our unguarded INT8)."""
+    """Our INT8 engine (from run_ptq), FP32, ORT PTQ (and our INT8 with --cpuInt8=fast)."""
     from trtqat.engines import build_engine
 
     fp32 = _fp32_onnx(model, result.name, size, out)
@@ -135,8 +137,8 @@ def _engines(model, result: ZooResult, size: int, out: Path, args) -> dict[str, 
         ort_ptq(fp32, fp32.with_name(fp32.stem.replace("-fp32", "") + "-ort-ptq.onnx"),
                 feeds), "ort", threads=args.threads, ort_prepare="none",
         u8s8_guard=False)}
-    if args.unguarded:
-        engines["int8 unguarded"] = build_engine(result.onnx, "ort", threads=args.threads,
+    if args.fast:
+        engines["int8 fast"] = build_engine(result.onnx, "ort", threads=args.threads,
                                                  calib_feeds=feeds, min_top1=0.0,
                                                  u8s8_guard=False)
     engines["fp32"] = build_engine(fp32, "ort", threads=args.threads)
@@ -188,9 +190,9 @@ def fidelity(engines: dict[str, Any], size: int, threads: int) -> dict[str, floa
             if n != "fp32"}
 
 
-def _verdict(times: Rounds, batch: int) -> str:
-    vs_ptq = ratio(times, "int8", "ort-ptq", batch)
-    vs_fp32 = ratio(times, "fp32", "int8", batch)
+def _verdict(times: Rounds, batch: int, ours: str = "int8") -> str:
+    vs_ptq = ratio(times, ours, "ort-ptq", batch)
+    vs_fp32 = ratio(times, "fp32", ours, batch)
     ptq_fast = ratio(times, "fp32", "ort-ptq", batch)
     if vs_ptq is None or vs_fp32 is None or ptq_fast is None:
         return "-"
@@ -203,7 +205,21 @@ def _line(times: Rounds, names: list[str], b: int) -> str:
             + f"  | int8/ort-ptq {_ratio_text(ratio(times, 'int8', 'ort-ptq', b))}"
             f"  fp32/int8 {_ratio_text(ratio(times, 'fp32', 'int8', b))}"
             f"  fp32/ort-ptq {_ratio_text(ratio(times, 'fp32', 'ort-ptq', b))}"
-            f"  {_verdict(times, b)}")
+            f"  {_verdict(times, b)}" + _fast_text(times, b))
+
+
+def _fast_cells(times: Rounds, b: int) -> list[str]:
+    """INT8 fast / ORT PTQ, FP32 / INT8 fast and its verdict (when --fast timed it)."""
+    if "int8 fast" not in times:
+        return []
+    return [_ratio_text(ratio(times, "int8 fast", "ort-ptq", b)),
+            _ratio_text(ratio(times, "fp32", "int8 fast", b)), _verdict(times, b, "int8 fast")]
+
+
+def _fast_text(times: Rounds, b: int) -> str:
+    cells = _fast_cells(times, b)
+    return "" if not cells else (f"  fast/ort-ptq {cells[0]}  fp32/fast {cells[1]}  "
+                                 f"fast {cells[2]}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -212,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
-    names = ["int8", "ort-ptq"] + (["int8 unguarded"] if args.unguarded else []) + ["fp32"]
+    names = ["int8", "ort-ptq"] + (["int8 fast"] if args.fast else []) + ["fp32"]
     rows: list[tuple[ZooResult, Rounds, dict[str, Any]]] = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         size = args.size or USUAL_SIZE
@@ -256,13 +272,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _table(rows, names: list[str], args) -> list[str]:
+    fast = "int8 fast" in names
     md = ["| model | batch | " + " | ".join(names) + " | INT8 / ORT PTQ | FP32 / INT8 | "
-          "FP32 / ORT PTQ | target | cos vs FP32 |", "|---|---:|" + "---:|" * (len(names) + 5)]
+          "FP32 / ORT PTQ | target | cos vs FP32 |"
+          + (" fast / ORT PTQ | FP32 / fast | fast target |" if fast else ""),
+          "|---|---:|" + "---:|" * (len(names) + 5 + 3 * fast)]
     for r, times, extra in rows:
         cos = extra.get("cos_vs_fp32") or {}
         cos_text = " / ".join(f"{cos[n]:.4f}" for n in names if n in cos)
         if r.status != "ok":
-            md.append(f"| {r.name} | - | failed ({r.stage}): {r.error} |" + " |" * (len(names) + 4))
+            md.append(f"| {r.name} | - | failed ({r.stage}): {r.error} |"
+                      + " |" * (len(names) + 4 + 3 * fast))
             continue
         for b in args.batch_sizes:
             md.append(f"| {r.name} | {b} | "
@@ -270,7 +290,8 @@ def _table(rows, names: list[str], args) -> list[str]:
                       + f" | {_ratio_text(ratio(times, 'int8', 'ort-ptq', b))}"
                       f" | {_ratio_text(ratio(times, 'fp32', 'int8', b))}"
                       f" | {_ratio_text(ratio(times, 'fp32', 'ort-ptq', b))}"
-                      f" | {_verdict(times, b)} | {cos_text} |")
+                      f" | {_verdict(times, b)} | {cos_text} |"
+                      + "".join(f" {c} |" for c in _fast_cells(times, b)))
     md += ["", f"ORT CPU compute time, {args.threads} thread(s), {args.size or USUAL_SIZE} px; median over "
            f"{args.rounds} interleaved rounds ±(max - min) / median; ! = spread > "
            f"{UNSTABLE_SPREAD:.0%}; ratios: median of the per-round ratios ± their spread. "

@@ -212,3 +212,41 @@ def test_guard_rewrites_explicit_integer_ops():
     want = np.clip(np.rint(acc / 4000) + 128, 0, 255)
     got = cpu_session(guarded, 1).run(None, {"x": x})[0]
     assert np.abs(got.astype(int) - want).max() <= 1  # the same integers, up to rounding ties
+
+
+@pytest.mark.parametrize("kernels", ["exact", "fast"])
+def test_cpu_int8_flag_picks_the_kernels(tmp_path, monkeypatch, capsys, kernels):
+    """``trtqat-exec --cpuInt8=fast`` keeps int8 weights (ORT's saturating kernels, as its own
+    quantize_static models run) and the header says so; exact (the default) is guarded."""
+    import json
+
+    from trtqat.cli.exec_cmd import main
+
+    path = tmp_path / "net.onnx"
+    onnx.save(_qdq_net(np.int8), path)
+    monkeypatch.setenv(ENV_OVERRIDE, "saturates")
+    saved = tmp_path / "net.engine"
+    rc = main([f"--onnx={path}", "--shapes=x:2x16x4x4", f"--cpuInt8={kernels}",
+               "--ortPrepare=none", f"--saveEngine={saved}", "--duration=0.1", "--warmUp=10",
+               "--iterations=2", "--threads=1"])
+    assert rc == 0
+    header = json.loads((tmp_path / "net.engine.json").read_text())["cpu_int8"]
+    assert header["kernels"] == kernels and header["u8s8_saturates"] is True
+    dtypes = set(_weight_dtypes(onnx.load(saved)).values())
+    if kernels == "fast":
+        assert "uint8_weights" not in header and dtypes == {"int8"}
+        assert "--cpuInt8=fast: this CPU's uint8 x int8 kernels saturate" in capsys.readouterr().err
+    else:
+        assert header["uint8_weights"]["MatMul"] == 1 and "uint8" in dtypes
+
+
+def test_cpu_int8_flag_refuses_other_values(tmp_path, capsys):
+    from trtqat.cli.exec_cmd import main
+
+    path = tmp_path / "net.onnx"
+    onnx.save(_qdq_net(np.int8), path)
+    with pytest.raises(SystemExit) as stop:
+        main([f"--onnx={path}", "--cpuInt8=quick"])
+    assert stop.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cpuInt8" in err[0] and "exact" in err[0]

@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = O.command(
         subparsers, "demo", "the whole pipeline on the bundled digits data: train, PTQ, QAT, "
         "export, engines, benchmark, report",
-        "For each model (ResNet18 and MobileNetV2 by default; --model picks others): FP32 "
+        f"For each model ({','.join(DEMO_MODELS)} by default; --model picks others, e.g. "
+        "resnet18,mobilenet_v2): FP32 "
         "training on scikit-learn's digits (32x32), PTQ with every calibrator "
         "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best PTQ model, export of "
         "every ONNX variant, engines, trtexec-style benchmark; then one report of every model "

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from trtqat.cli.exec_feed import make_feed, precheck_input_files
+from trtqat.cli.exec_feed import load_calib_inputs, make_feed, precheck_input_files
 from trtqat.cli.exec_flags import add_trtexec_compat, apply_trtexec_aliases, plan_version
 from trtqat.cli.guard import run_guarded
 from trtqat.cli.options import add_backend, add_onnx, add_threads
@@ -29,6 +29,7 @@ _UNITS = {"": 1 << 20, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 _Parser = OneLineParser  # argparse with one-line errors
+CPU_INT8_KERNELS = ("exact", "fast")  # --cpuInt8: BuildOptions.u8s8_guard True / False
 
 
 def parse_mem_pools(text: str) -> dict[str, int]:
@@ -85,6 +86,13 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ortPrepare", metavar="STEP",
                         help="ONNX transform before ORT: auto (default: re-encode TensorRT-style "
                         "Q/DQ for integer CPU kernels when the CPU provider runs it), qdq, none")
+    parser.add_argument("--cpuInt8", choices=CPU_INT8_KERNELS, default=None,
+                        help="ONNX Runtime's integer CPU kernels on x86 CPUs without VNNI, where "
+                        "uint8 x int8 products saturate: exact (default) stores those weights "
+                        "as uint8 so the engine computes the Q/DQ model's integers; fast keeps "
+                        "int8 weights and the saturating kernels, as onnxruntime's "
+                        "quantize_static models run (faster there, may lose accuracy; the "
+                        "agreement check still applies). No effect where the kernels are exact")
     parser.add_argument("--calibInputs", metavar="FILE.npz", default=None,
                         help="real inputs (arrays named after the model inputs, batch first; "
                         "int64 token ids/masks for encoders) that calibrate the CPU "
@@ -121,67 +129,10 @@ def build_options_from_args(args: argparse.Namespace) -> Any:
         cuda_graph=bool(getattr(args, "cuda_graph", None)),
         providers=tuple(p.strip() for p in (args.providers or "cpu").split(",") if p.strip()),
         ort_prepare=args.ortPrepare or "auto", verbose=args.verbose,
+        u8s8_guard=getattr(args, "cpuInt8", None) != "fast",
         profiling_verbosity=profiling_verbosity(args) or "layer_names_only",
         calib_feeds=load_calib_inputs(args.calibInputs, getattr(args, "onnx", None))
         if args.calibInputs else None)
-
-
-def load_calib_inputs(path: str, onnx_path: str | None = None) -> tuple[dict, ...]:
-    """Calibration feeds from an .npz file: one feed per 8 samples of the arrays.
-
-    Arrays are named after the model's inputs; a file with a single array feeds a model with
-    a single input whatever its name (as --loadInputs). NaN/inf values are refused."""
-    import zipfile
-
-    import numpy as np
-
-    from trtqat.engines import OptionsError
-    from trtqat.engines.trtexec_io import check_finite_input
-
-    try:
-        data = np.load(path, allow_pickle=False)
-        if isinstance(data, np.ndarray):  # a .npy: one array, for a model with one input
-            arrays = {"array": data}
-        else:
-            with data:
-                arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise OptionsError(f"--calibInputs: cannot read {path} ({exc}); save arrays with "
-                           "numpy.savez(path, input_name=array)") from None
-    if not arrays or len({len(a) if a.ndim else -1 for a in arrays.values()}) != 1 or any(
-            a.ndim == 0 or len(a) == 0 for a in arrays.values()):
-        raise OptionsError(f"--calibInputs: {path} must hold arrays with one common batch "
-                           "size (at least one sample)")
-    arrays = _named_after_inputs(path, arrays, onnx_path)
-    for name, array in arrays.items():
-        check_finite_input("--calibInputs", path, name, array)
-    n = len(next(iter(arrays.values())))
-    return tuple({k: v[i:i + 8] for k, v in arrays.items()} for i in range(0, n, 8))
-
-
-def _named_after_inputs(path: str, arrays: dict, onnx_path: str | None) -> dict:
-    """``arrays`` keyed by the model's input names (a lone array takes the lone input's)."""
-    from trtqat.engines import OptionsError
-
-    if not onnx_path:
-        return arrays
-    try:
-        import onnx
-
-        graph = onnx.load(onnx_path, load_external_data=False).graph
-    except Exception:  # the build reports an unreadable model in its own words
-        return arrays
-    weights = {init.name for init in graph.initializer}
-    names = [v.name for v in graph.input if v.name not in weights]
-    if len(arrays) == 1 and len(names) == 1:
-        return {names[0]: next(iter(arrays.values()))}
-    unknown = sorted(set(arrays) - set(names))
-    missing = sorted(set(names) - set(arrays))
-    if unknown or missing:
-        raise OptionsError(f"--calibInputs: {path} holds {', '.join(sorted(arrays))}; the "
-                           f"model's inputs are {', '.join(names)}: save one array per input, "
-                           "named after it")
-    return arrays
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,7 @@ from trtqat.engines.registry import backend_info
 # build-only flags (argparse dest = flag name): a loaded engine keeps what it was built with
 BUILD_FLAGS = ("minShapes", "optShapes", "maxShapes", "fp16", "int8", "best", "stronglyTyped",
                "memPoolSize", "builderOptimizationLevel", "timingCacheFile", "providers",
-               "ortPrepare", "calibInputs", "profilingVerbosity")
+               "ortPrepare", "cpuInt8", "calibInputs", "profilingVerbosity")
 
 
 # argparse dests that are not spelled like their flag

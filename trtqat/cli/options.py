@@ -317,7 +317,8 @@ def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
     g.add_argument("--lr", type=finite_float(gt=0), default=None,
                    help="peak learning rate (default: "
                    + ("the family's share of the FP32 lr; CNNs: 1%%, ViTs: 15%%)" if inherit
-                      else f"the family's{cnn('lr')} SGD, ViTs: 0.002 AdamW)"))
+                      else f"the family's{cnn('lr')} SGD (mobilenet_v2: 0.02), ViTs: 0.002 "
+                      "AdamW)"))
     g.add_argument("--min-lr", type=finite_float(ge=0), default=None,
                    help="final learning rate of the cosine schedule"
                    + (" (default: 1%% of --lr)" if inherit else f" (default{cnn('min_lr')})"))
@@ -325,7 +326,8 @@ def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
     g.add_argument("--momentum", type=finite_float(ge=0, lt=1), default=None,
                    help="SGD momentum (Nesterov)" + (same or f" (default{cnn('momentum')})"))
     g.add_argument("--weight-decay", "--wd", type=finite_float(ge=0), default=None,
-                   help="weight decay" + (same or f" (default{cnn('weight_decay')})"))
+                   help="weight decay" + (same or f" (default{cnn('weight_decay')}, "
+                                          "mobilenet_v2: 4e-5)"))
     g.add_argument("--opt", choices=list(OPTIMIZERS), default=None,
                    help="optimizer" + (same or f" (default{cnn('opt')})"))
     g.add_argument("--label-smoothing", type=finite_float(ge=0, lt=1), default=None,

@@ -231,11 +231,19 @@ class OrtBuilder(Builder):
 
         qdq_source = is_qdq_model(model)
         model = prepare_model(model, options)
+        reencoding = _reencoding(model)
         cpu_int8: dict[str, Any] = {}
         if tuple(options.providers) == ("cpu",):
-            from trtqat.engines.ort_u8s8 import guard_model
+            from trtqat.engines.ort_u8s8 import guard_model, u8s8_saturates
 
             model, cpu_int8 = guard_model(model, None if options.u8s8_guard else False)
+            cpu_int8["kernels"] = "exact" if options.u8s8_guard else "fast"
+            if not options.u8s8_guard:  # --cpuInt8=fast: what the CPU does, all the same
+                cpu_int8["u8s8_saturates"] = u8s8_saturates()
+                if cpu_int8["u8s8_saturates"]:
+                    log.warning("--cpuInt8=fast: this CPU's uint8 x int8 kernels saturate (x86 "
+                                "without VNNI); the engine may differ from the Q/DQ model "
+                                "(--cpuInt8=exact keeps it exact)")
         providers = _providers(ort, options)
         so = _session_options(ort, options)
         compiled = any(p in _COMPILING_PROVIDERS for p in options.providers)
@@ -260,9 +268,24 @@ class OrtBuilder(Builder):
         header.update(providers=[name for name, _ in providers], optimized=not compiled,
                       prepare=options.ort_prepare, machine=platform.machine(),
                       disabled_optimizers=disabled, cpu_int8=cpu_int8)
+        if reencoding:
+            header["reencoding"] = reencoding
         if not compiled:
             header["compute_nodes"] = node_summary(onnx.load_from_string(payload), qdq_source)
         return OrtEngine(payload, header)
+
+
+def _reencoding(model: onnx.ModelProto) -> dict[str, Any]:
+    """``{"kind": "integer" | "faithful", "why": ...}`` of a CPU re-encoded model, else {}."""
+    from trtqat.engines.ort_u8s8 import REENCODED_KEY
+
+    text = next((p.value for p in model.metadata_props if p.key == REENCODED_KEY), None)
+    report = json.loads(text) if text else {}
+    if not report.get("rewritten"):
+        return {}
+    if report.get("faithful"):
+        return {"kind": "faithful", "why": report.get("full_reencoding", "")}
+    return {"kind": "integer"}
 
 
 class OrtRunner(Runner):

@@ -65,6 +65,10 @@ from trtqat.engines.ort_u8s8 import cpu_int8_info, exact_weights, u8s8_saturates
 
 log = logging.getLogger(__name__)
 
+# passes the faithful re-encoding leaves out: the quantizers ORT's fused integer Add, Mul,
+# Concat ... need on tensors the exported graph keeps in float (each one more rounding)
+FAITHFUL_SKIPS = ("output_quantizers",)
+
 
 def _ranges_fn(model: onnx.ModelProto, feeds: Feeds, threads: int):
     def ranges(names: list[str]) -> dict[str, float]:
@@ -132,7 +136,7 @@ def _uint8_zero_point_0(g: Graph, names: list[str]) -> set[str]:
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
                      min_top1: float = 0.99, unify: bool = True, threads: int = 2,
                      count_nodes: bool = True, min_cosine: float | None = None,
-                     u8s8_exact: bool | None = None
+                     u8s8_exact: bool | None = None, faithful: bool = False
                      ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Rewrite a TensorRT-style Q/DQ ``model`` for ORT's CPU integer kernels.
 
@@ -143,7 +147,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     quantizers and nothing is checked. ``unify`` gives a tensor read by several Q nodes one
     Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
     activation can exceed 127 steps as uint8 (see :mod:`trtqat.engines.ort_u8s8`); None
-    measures whether this CPU needs it.
+    measures whether this CPU needs it. ``faithful`` adds no quantizer the graph did not
+    have (:data:`FAITHFUL_SKIPS`: a residual Add then runs in float after an integer conv
+    with a float output) and keeps every ReLU6 on the exported grid: slower, closer.
     Returns the new model (``model`` is not modified) and a report of what was rewritten,
     the integer/float node counts of ORT's optimised graph before and after, and the
     agreement figures.
@@ -159,6 +165,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         return model, report
     feeds = list(calib_feeds) if calib_feeds else []
     run = set(read_hints(model).ort_passes())  # the family's engine hints, else every pass
+    if faithful:
+        run -= set(FAITHFUL_SKIPS)
+        report["faithful"] = True
     matmul_graph = has_quantized_matmul(model)
     # MatMul graphs: fold the exporter's scale subgraphs (and weight Transposes) first
     fold = matmul_graph and "fold_constants" in run
@@ -177,7 +186,7 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["output_quantizers_added"] = complete_units(g, ranges, unify)
     saturates = u8s8_saturates() if u8s8_exact is None else not u8s8_exact
     if "absorb_clips" in run:
-        passes["clips_absorbed"] = absorb_clips(g, integer=saturates)
+        passes["clips_absorbed"] = absorb_clips(g, integer=saturates or faithful)
     seven_bit: set[str] = set()
     if "reencode_uint8" in run:
         int8_qs = _int8_activation_qs(g)
@@ -211,24 +220,48 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     return new_model, report
 
 
+def _agreement_text(agreement: dict[str, Any]) -> str:
+    if "mean_cosine" in agreement:
+        return f"mean cosine {agreement['mean_cosine']:.4f}"
+    return f"top-1 agreement {agreement.get('top1_agreement', float('nan')):.2%}"
+
+
 def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
     """The ORT backend's pre-session step: :func:`reencode_for_cpu` for TensorRT-style Q/DQ
     graphs, unchanged otherwise.
 
     Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``min_cosine``,
     ``threads``, ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
-    int8 weights where ORT's u8s8 kernels may saturate). The report is logged and stored in the
-    model's metadata under ``trtqat.cpu_reencode``.
+    int8 weights where ORT's u8s8 kernels may saturate). When the re-encoding fails the
+    agreement check, the ``faithful`` one is built instead (its report says why under
+    ``full_reencoding``); when that fails too, :class:`AgreementError` is raised. The report
+    is logged and stored in the model's metadata under ``trtqat.cpu_reencode``.
     """
     if not getattr(options, "cpu_reencode", True):
         return model
-    threads = getattr(options, "threads", None) or 2
-    new_model, report = reencode_for_cpu(model, getattr(options, "calib_feeds", None),
-                                         min_top1=getattr(options, "min_top1", 0.99),
-                                         threads=threads,
-                                         min_cosine=getattr(options, "min_cosine", None),
-                                         u8s8_exact=None if getattr(options, "u8s8_guard", True)
-                                         else True)
+    feeds = getattr(options, "calib_feeds", None)
+    kwargs = {"min_top1": getattr(options, "min_top1", 0.99),
+              "threads": getattr(options, "threads", None) or 2,
+              "min_cosine": getattr(options, "min_cosine", None),
+              "u8s8_exact": None if getattr(options, "u8s8_guard", True) else True}
+    try:
+        new_model, report = reencode_for_cpu(model, feeds, **kwargs)
+    except AgreementError as exc:  # added requantization moved the outputs: do without it
+        first = str(exc).splitlines()[0]
+        try:
+            new_model, report = reencode_for_cpu(model, feeds, faithful=True, **kwargs)
+        except AgreementError as again:
+            if kwargs["u8s8_exact"] and u8s8_saturates():
+                raise AgreementError(f"{str(again).splitlines()[0]}; with --cpuInt8=fast on "
+                                     "this CPU, whose uint8 x int8 kernels saturate: build "
+                                     "with --cpuInt8=exact") from None
+            raise
+        report["full_reencoding"] = first
+        reason = first.split(": ", 1)[-1].split(";")[0]
+        log.warning("CPU re-encoding: the fully integer graph moved the outputs too far (%s); "
+                    "built the faithful one instead (no quantizers added: residual Adds and "
+                    "the like run in float, slower), %s", reason,
+                    _agreement_text(report.get("agreement") or {}))
     if report.get("rewritten"):
         entry = new_model.metadata_props.add()
         entry.key, entry.value = "trtqat.cpu_reencode", json.dumps(report, default=str)

@@ -148,7 +148,7 @@ register_backend(BackendInfo(
     engine="OrtEngine", aliases=("onnxruntime",), file_kind=KIND_ONNX, package="onnxruntime",
     install="pip install onnxruntime", int8_rewrite=True, fp16_emulated_on_cpu=True,
     runner_options=("device", "threads"),
-    own_flags=("threads", "providers", "ortPrepare", "calibInputs"),
+    own_flags=("threads", "providers", "ortPrepare", "cpuInt8", "calibInputs"),
     flag_notes=_ort_flag_notes))
 register_backend(BackendInfo(
     name="tensorrt", title="TensorRT", module="trtqat.engines.trt", builder="TrtBuilder",

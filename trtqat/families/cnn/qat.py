@@ -37,8 +37,11 @@ log = logging.getLogger(__name__)
 
 def classifier_recipe(cfg: QATConfig, train_args: dict[str, Any]) -> dict[str, Any]:
     """Every schedule option of an image classifier's QAT, filled in from the FP32 run's
-    ``train_args`` (then :data:`~trtqat.runopts.FP32_DEFAULTS`); the loss is "ce"."""
-    fp32 = {k: train_args.get(k, FP32_DEFAULTS[k]) for k in
+    ``train_args`` (then the model's FP32 recipe, ``train_recipes``); the loss is "ce"."""
+    from trtqat.families.cnn.train_recipes import train_recipe
+
+    defaults = {**FP32_DEFAULTS, **train_recipe(train_args.get("model") or cfg.model)}
+    fp32 = {k: train_args.get(k, defaults[k]) for k in
             ("epochs", "lr", "momentum", "weight_decay", "opt", "label_smoothing", "data",
              "image_size", "batch_size")}
     recipe = qat_recipe(fp32["epochs"], fp32["lr"], epochs=cfg.epochs, lr=cfg.lr,

@@ -78,7 +78,7 @@ def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareCon
     from trtqat.engines.ort_qdq import AgreementError
 
     if engine_path.is_file() and not cfg.fresh and engine_path.stat().st_mtime >= onnx_path.stat().st_mtime:
-        return load_engine(engine_path)
+        return _noted(load_engine(engine_path), result)
     big = max(cfg.batch_sizes)
     low, opt = data.dims
     kwargs: dict[str, Any] = {
@@ -105,6 +105,15 @@ def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareCon
         kwargs.update(ort_prepare="none", calib_feeds=None)
         engine = build_engine(onnx_path, cfg.backend, **kwargs)
     engine.save(engine_path)
+    return _noted(engine, result)
+
+
+def _noted(engine: Any, result: VariantResult) -> Any:
+    """``engine``, after noting in ``result`` that it is the faithful ORT re-encoding."""
+    why = (engine.header.get("reencoding") or {}).get("why")
+    if why:
+        result.notes.append("ORT faithful re-encoding (residual Adds in float): the fully "
+                            f"integer one failed its check: {why[:160]}")
     return engine
 
 
