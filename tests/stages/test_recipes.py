@@ -190,3 +190,21 @@ def test_configs_check_their_options():
         CalibrateConfig(checkpoint="x.pt", method="kl")
     with pytest.raises(ConfigError, match="--percentile"):
         CalibrateConfig(checkpoint="x.pt", percentile=0)
+
+
+def test_mobilenet_v2_trains_with_its_own_recipe_unless_told_otherwise():
+    """trtqat/families/cnn/train_recipes.py: lr 0.02 and weight decay 4e-5 for MobileNetV2,
+    the shared defaults for the rest; the command line wins; QAT derives from them."""
+    from types import SimpleNamespace
+
+    mobile = TrainConfig(model="mobilenet_v2")
+    assert (mobile.lr, mobile.weight_decay, mobile.opt) == (0.02, 4e-5, "sgd")
+    told = TrainConfig(model="mobilenet_v2", lr=0.1, weight_decay=1e-4)
+    assert (told.lr, told.weight_decay) == (0.1, 1e-4)
+    other = TrainConfig(model="resnet18")
+    assert (other.lr, other.weight_decay) == (0.05, 5e-4)
+    qat = CNNFamily().recipe("qat", SimpleNamespace(
+        model="mobilenet_v2", epochs=None, lr=None, min_lr=None, momentum=None,
+        weight_decay=None, opt=None, label_smoothing=None, data=None, image_size=None,
+        batch_size=None), {"train_args": {}})
+    assert qat["fp32_lr"] == 0.02 and qat["weight_decay"] == 4e-5

@@ -40,7 +40,8 @@ def classifier_recipe(cfg: QATConfig, train_args: dict[str, Any]) -> dict[str, A
     ``train_args`` (then the model's FP32 recipe, ``train_recipes``); the loss is "ce"."""
     from trtqat.families.cnn.train_recipes import train_recipe
 
-    defaults = {**FP32_DEFAULTS, **train_recipe(train_args.get("model") or cfg.model)}
+    defaults = {**FP32_DEFAULTS,
+                **train_recipe(train_args.get("model") or getattr(cfg, "model", None))}
     fp32 = {k: train_args.get(k, defaults[k]) for k in
             ("epochs", "lr", "momentum", "weight_decay", "opt", "label_smoothing", "data",
              "image_size", "batch_size")}
