@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import logging
 import os
 import platform
@@ -130,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from trtqat.arrays import row_cosines
     from trtqat.engines import build_engine
     from trtqat.engines.ort_qdq import count_compute_nodes
+    from trtqat.engines.ort_u8s8 import reencode_report
     from trtqat.families.encoder import (
         CalibOptions,
         calibrated_copy,
@@ -163,8 +163,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                    calib_feeds=calib_feeds)
     int8_build_s = time.perf_counter() - t0
     int8_model = onnx.load_from_string(engines["int8"].payload)
-    report = json.loads({p.key: p.value for p in int8_model.metadata_props}.get(
-        "trtqat.cpu_reencode", "{}"))
+    report = reencode_report(int8_model)
     if not args.no_ort_dynamic:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 

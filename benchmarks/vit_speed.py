@@ -21,7 +21,6 @@ import argparse
 import copy
 import datetime
 import functools
-import json
 import os
 import platform
 import sys
@@ -138,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from trtqat.engines import build_engine
     from trtqat.engines.ort_qdq import count_compute_nodes
+    from trtqat.engines.ort_u8s8 import reencode_report
 
     threads, why = choose_threads(args.threads)
     torch.set_num_threads(threads)
@@ -152,8 +152,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     engines["int8"] = build_engine(paths["int8"], "ort", threads=threads, ort_prepare="qdq",
                                    calib_feeds=tuple(feeds), min_top1=0.0)
     int8_model = onnx.load_from_string(engines["int8"].payload)
-    report = json.loads({p.key: p.value for p in int8_model.metadata_props}.get(
-        "trtqat.cpu_reencode", "{}"))
+    report = reencode_report(int8_model)
     _log(start, "engines built")
     results: dict[str, Any] = {"batches": {}, "lint": lint,
                                "int8_compute_nodes": count_compute_nodes(int8_model),

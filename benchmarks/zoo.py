@@ -171,8 +171,9 @@ def _agreement(engine: Any) -> dict[str, Any]:
     """The re-encoding report's agreement figures (from the engine's model metadata)."""
     import onnx
 
-    meta = {p.key: p.value for p in onnx.load_from_string(engine.payload).metadata_props}
-    report = json.loads(meta.get("trtqat.cpu_reencode", "{}"))
+    from trtqat.engines.ort_u8s8 import reencode_report
+
+    report = reencode_report(onnx.load_from_string(engine.payload))
     return dict(report.get("agreement") or {}, cpu=report.get("cpu"))
 
 

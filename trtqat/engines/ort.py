@@ -277,10 +277,9 @@ class OrtBuilder(Builder):
 
 def _reencoding(model: onnx.ModelProto) -> dict[str, Any]:
     """``{"kind": "integer" | "faithful", "why": ...}`` of a CPU re-encoded model, else {}."""
-    from trtqat.engines.ort_u8s8 import REENCODED_KEY
+    from trtqat.engines.ort_u8s8 import reencode_report
 
-    text = next((p.value for p in model.metadata_props if p.key == REENCODED_KEY), None)
-    report = json.loads(text) if text else {}
+    report = reencode_report(model)
     if not report.get("rewritten"):
         return {}
     if report.get("faithful"):

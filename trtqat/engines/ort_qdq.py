@@ -61,7 +61,12 @@ from trtqat.engines.ort_qdq_rewrite import (
     unify_quantizers,
 )
 from trtqat.engines.ort_qdq_units import absorb_clips, complete_units
-from trtqat.engines.ort_u8s8 import cpu_int8_info, exact_weights, u8s8_saturates
+from trtqat.engines.ort_u8s8 import (
+    REENCODED_KEY,
+    cpu_int8_info,
+    exact_weights,
+    u8s8_saturates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -264,5 +269,5 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
                     _agreement_text(report.get("agreement") or {}))
     if report.get("rewritten"):
         entry = new_model.metadata_props.add()
-        entry.key, entry.value = "trtqat.cpu_reencode", json.dumps(report, default=str)
+        entry.key, entry.value = REENCODED_KEY, json.dumps(report, default=str)
     return new_model

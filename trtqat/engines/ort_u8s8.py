@@ -26,6 +26,7 @@ import functools
 import logging
 import os
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import onnx
@@ -205,6 +206,14 @@ def exact_weights(g: Graph, seven_bit: set[str] = frozenset()) -> dict[str, int]
 REENCODED_KEY = "trtqat.cpu_reencode"  # set by trtqat.engines.ort_qdq.prepare_model
 
 
+def reencode_report(model: onnx.ModelProto) -> dict[str, Any]:
+    """The CPU re-encoding's report stored in ``model``'s metadata ({} when none)."""
+    import json
+
+    text = next((p.value for p in model.metadata_props if p.key == REENCODED_KEY), None)
+    return json.loads(text) if text else {}
+
+
 def guard_model(model: onnx.ModelProto, saturates: bool | None = None
                 ) -> tuple[onnx.ModelProto, dict[str, object]]:
     """``model`` with :func:`exact_weights` applied (constant subgraphs folded by ORT's basic
@@ -233,4 +242,4 @@ def guard_model(model: onnx.ModelProto, saturates: bool | None = None
     return g.model, info
 
 
-__all__ = ["REENCODED_KEY", "guard_model", "ENV_OVERRIDE", "cpu_has_vnni", "cpu_int8_info", "exact_weights", "u8s8_saturates"]
+__all__ = ["REENCODED_KEY", "guard_model", "reencode_report", "ENV_OVERRIDE", "cpu_has_vnni", "cpu_int8_info", "exact_weights", "u8s8_saturates"]
