@@ -259,7 +259,9 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
                    help="data loader processes")
     g.add_argument("--seed", type=seed_int, default=0, help="random seed (shuffling, augmentation)")
     g.add_argument("--strict", action="store_true",
-                   help="fail on unreadable images instead of skipping them with a warning")
+                   help="fail on unreadable images (detection data: also on boxes outside "
+                   "their image and images without boxes) instead of skipping them with a "
+                   "warning")
 
 
 def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -> None:

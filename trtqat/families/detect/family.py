@@ -98,12 +98,14 @@ class DetectFamily(ModelFamily):
         """Detection batches ``(images, [targets])``: ``context`` holds ``data``,
         ``image_size`` and ``batch_size``. "train": shuffled training batches and the
         validation ones; "calib": the same (eval: nothing is augmented either way).
-        ``info["classes"]``: the class names."""
+        ``info["classes"]``: the class names. ``cfg.strict`` (``--strict``): skippable data
+        defects are errors."""
         from trtqat.families.detect.data import datasets, loader
 
         if split not in ("train", "calib"):
             raise ValueError(f"unknown split {split!r}: use train or calib")
-        train, val, classes = datasets(context.get("data"), context["image_size"])
+        train, val, classes = datasets(context.get("data"), context["image_size"],
+                                       strict=bool(getattr(cfg, "strict", False)))
         batch = int(context["batch_size"])
         workers = getattr(cfg, "workers", 0) or 0
         return StageData(loader(train, batch, True, getattr(cfg, "seed", 0), workers),
