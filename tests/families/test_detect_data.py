@@ -214,3 +214,13 @@ def test_cli_strict_refuses_a_skippable_defect_in_one_line(tmp_path) -> None:
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "b.txt: image without boxes" in proc.stderr and "drop --strict" in proc.stderr
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_detection_data_given_to_a_classifier_points_to_the_detectors(tmp_path) -> None:
+    from trtqat.families.cnn.data import DataError, make_datasets
+
+    root = _ultralytics(tmp_path / "ds")
+    (tmp_path / "data.yaml").write_text("train: ds/images/train\n")
+    for data in (root, tmp_path / "data.yaml"):
+        with pytest.raises(DataError, match="looks like detection data.*--model detect:"):
+            make_datasets(str(data), 32)

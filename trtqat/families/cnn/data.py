@@ -170,12 +170,13 @@ def _image_folder(root: Path, prep: Preprocess, strict: bool, augment: bool
         what = "is a file, not a folder" if root.is_file() else "no such folder"
         raise DataError(f"--data {root}: {what}; use 'digits', 'synthetic' or an ImageFolder "
                         "path with train/ and val/ (calibration also takes a flat folder of "
-                        "images or a .npy/.npz)")
+                        f"images or a .npy/.npz){_detection_hint(root)}")
     for split in ("train", "val"):
         if not (root / split).is_dir():
             raise DataError(f"{root} has no {split}/ folder: training and evaluation need "
                             f"labels, {root}/train/<class>/*.jpg and {root}/val/<class>/*.jpg "
-                            "(a flat folder of images or a .npy/.npz serves calibration only)")
+                            "(a flat folder of images or a .npy/.npz serves calibration only)"
+                            f"{_detection_hint(root)}")
     tr_classes, tr_samples, _ = _scan_split(root, "train", strict)
     va_classes, va_samples, _ = _scan_split(root, "val", strict)
     if tr_classes != va_classes:
@@ -193,6 +194,17 @@ def _image_folder(root: Path, prep: Preprocess, strict: bool, augment: bool
         ds.targets = [c for _, c in samples]
         out.append(ds)
     return out[0], out[1], len(tr_classes)
+
+
+def _detection_hint(root: Path) -> str:
+    """A pointer to the detector family when ``root`` looks like detection data (a dataset
+    yaml, or images/ beside labels/), else ''."""
+    if root.suffix.lower() in (".yaml", ".yml") or (root / "data.yaml").is_file() or (
+            (root / "images").is_dir() and (root / "labels").is_dir()):
+        return ("; it looks like detection data (images/ and labels/ or a data.yaml): for a "
+                "detector pass --model detect:FILE.py:FACTORY, yolo_digits or an Ultralytics "
+                ".yaml/.pt")
+    return ""
 
 
 def make_datasets(data: str = "digits", image_size: int | tuple[int, int] = 32, seed: int = 0,
