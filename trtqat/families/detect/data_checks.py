@@ -30,7 +30,8 @@ class Skipped:
     def add(self, kind: str, where: str, outcome: str) -> None:
         """One defect of ``kind`` at ``where``; ``outcome``: what happens to it unstrict."""
         if self.strict:
-            raise DetectionDataError(f"{where}: {kind}: fix it, or drop --strict ({outcome})")
+            raise DetectionDataError(f"{where}: {kind}: fix it, or drop --strict to go on with "
+                                     f"a warning ({outcome})")
         count, first, _ = self.kinds.get(kind, (0, where, outcome))
         self.kinds[kind] = (count + 1, first, outcome)
 
