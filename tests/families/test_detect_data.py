@@ -142,7 +142,7 @@ def test_skippable_defects_warn_with_a_count_and_strict_refuses_them(tmp_path, c
     with caplog.at_level(logging.WARNING):
         train, val, _ = D.datasets(str(root), 32)
     assert kind in caplog.text and "--strict refuses them" in caplog.text
-    assert len(train) + len(val) == (2 if make is not _empty_label else 2)
+    assert len(train) + len(val) == 2  # unreadable images left out, background kept
     with pytest.raises(D.DetectionDataError, match="drop --strict") as info:
         D.datasets(str(root), 32, strict=True)
     assert kind.split(" x ")[1] in str(info.value)
@@ -185,6 +185,23 @@ def test_ultralytics_layout_and_data_yaml(tmp_path, yaml_text, where) -> None:
     assert np.allclose(val[1][1].numpy(), [[1, 12, 8, 20, 24]])
     if where == "inside":  # the folder of a data.yaml reads it
         assert D.datasets(str(root), 32)[2] == ["cat", "dog", "bird"]
+
+
+def test_cocos_own_layout_reads_each_split_from_its_file(tmp_path) -> None:
+    root = tmp_path / "coco"
+    (root / "annotations").mkdir(parents=True)
+    for split, count in (("train2017", 3), ("val2017", 2)):
+        for i in range(count):
+            _png(root / split / f"{split}_{i}.png")
+        (root / "annotations" / f"instances_{split}.json").write_text(json.dumps({
+            "images": [{"id": i, "file_name": f"{split}_{i}.png"} for i in range(count)],
+            "annotations": [{"id": i, "image_id": i, "category_id": 3, "bbox": [1, 1, 9, 9]}
+                            for i in range(count)],
+            "categories": [{"id": 3, "name": "person"}]}))
+    (root / "annotations" / "captions_train2017.json").write_text("{}")
+    train, val, classes = D.datasets(str(root), 32)
+    assert (len(train), len(val), classes) == (3, 2, ["person"])
+    assert val[1][1].tolist() == [[0.0, 1.0, 1.0, 10.0, 10.0]]
 
 
 @pytest.mark.parametrize("yaml_text,match", [

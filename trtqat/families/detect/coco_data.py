@@ -80,9 +80,10 @@ def _categories(coco: dict[str, Any], path: Path) -> tuple[dict[Any, int], list[
     return {k: i for i, k in enumerate(order)}, [seen[k] for k in order]
 
 
-def _images(coco: dict[str, Any], path: Path, root: Path, skipped: Skipped
-            ) -> dict[Any, tuple[Path, int, int] | None]:
-    """Image id: (file, width, height), or None for an unreadable image (skipped)."""
+def _images(coco: dict[str, Any], path: Path, root: Path, skipped: Skipped,
+            folders: tuple[Path, ...]) -> dict[Any, tuple[Path, int, int] | None]:
+    """Image id: (file, width, height), or None for an unreadable image (skipped); each
+    file looked for in ``root``, ``root/images``, the json's folder and ``folders``."""
     fix = f"each image needs an id and a file_name relative to {root}"
     images: dict[Any, tuple[Path, int, int] | None] = {}
     for i, im in enumerate(coco["images"]):
@@ -96,8 +97,8 @@ def _images(coco: dict[str, Any], path: Path, root: Path, skipped: Skipped
             raise DetectionDataError(f"{where}: id {im['id']!r} is used twice: give each image "
                                      "its own id")
         inside(root, name, where)
-        found = next((p for p in (root / name, root / "images" / name, path.parent / name)
-                      if p.is_file()), None)
+        found = next((p for p in (root / name, root / "images" / name, path.parent / name,
+                                  *(f / name for f in folders)) if p.is_file()), None)
         if found is None:
             raise DetectionDataError(f"{where}: image {name} not found in {root} (nor in "
                                      f"{root / 'images'}): fix file_name or add the image")
@@ -121,16 +122,19 @@ def _box(a: dict[str, Any], where: str) -> list[float]:
     return [x, y, w, h]
 
 
-def coco_records(root: Path, skipped: Skipped) -> tuple[list[Record], list[str]]:
+def coco_records(root: Path, skipped: Skipped, path: Path | None = None,
+                 folders: tuple[Path, ...] = ()) -> tuple[list[Record], list[str]]:
     """The readable images of the COCO folder ``root`` with their checked boxes (class
-    index, x1, y1, x2, y2 in the image's pixels), and the class names (categories by id)."""
-    files = annotation_files(root)
+    index, x1, y1, x2, y2 in the image's pixels), and the class names (categories by id).
+    ``path``: the annotation file (default: the folder's first); ``folders``: more places
+    its images may be (inside ``root``)."""
+    files = [path] if path is not None else annotation_files(root)
     if not files:
         raise DetectionDataError(f"{root}: no COCO annotation file (*.json)")
     path = files[0]
     coco = _load(path)
     index, names = _categories(coco, path)
-    images = _images(coco, path, root, skipped)
+    images = _images(coco, path, root, skipped, folders)
     boxes: dict[Any, list[list[float]]] = {k: [] for k in images}
     fix = "each annotation needs image_id, category_id and bbox [x, y, width, height]"
     for i, a in enumerate(coco["annotations"]):

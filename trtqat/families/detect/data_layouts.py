@@ -7,6 +7,8 @@ In this order:
 * Ultralytics' layout: ``images/train``, ``images/val`` and ``labels/train``,
   ``labels/val`` (``valid`` also names the validation split);
 * ``train/`` and ``val/`` (or ``valid/``) folders, each a COCO or a YOLO folder;
+* COCO's own layout: ``annotations/instances_train*.json`` and ``instances_val*.json``,
+  their images in the folders so named (``train2017/``, ``val2017/``) or beside them;
 * one COCO or YOLO folder (``images/`` and ``labels/``): the caller splits it 80/20.
 
 YOLO class names come from the yaml's ``names``, else a ``classes.txt`` (one name a line,
@@ -139,8 +141,35 @@ def find_splits(data: str, strict: bool = False) -> Splits:
     val = _val_folder(root)
     if (root / "train").is_dir() and val is not None:
         return _two_folders(root / "train", val, strict)
+    coco_splits = _coco_split_files(root)
+    if coco_splits is not None:
+        return _coco_layout(root, *coco_splits, strict)
     records, classes = _folder(root, _classes_txt(root), strict)
     return Splits(records, None, classes)
+
+
+def _coco_split_files(root: Path) -> tuple[Path, Path] | None:
+    """COCO's ``annotations/instances_train*.json`` and ``instances_val*.json`` (one each)."""
+    train = sorted((root / "annotations").glob("instances_train*.json"))
+    val = sorted((root / "annotations").glob("instances_val*.json"))
+    return (train[0], val[0]) if len(train) == 1 and len(val) == 1 else None
+
+
+def _coco_layout(root: Path, train: Path, val: Path, strict: bool) -> Splits:
+    """Each split from its own annotation file; images also in ``root/<train2017>``."""
+    out = []
+    for path in (train, val):
+        skipped = Skipped(strict)
+        folder = root / path.stem.removeprefix("instances_")
+        records, classes = coco_records(root, skipped, path, (folder, root / "images"
+                                                              / folder.name))
+        skipped.report(path)
+        _check(records, str(path), "add annotations with a bbox inside their image")
+        out.append((records, classes))
+    if out[0][1] != out[1][1]:
+        raise DetectionDataError(f"{train} and {val} have different categories: give both the "
+                                 "same list")
+    return Splits(out[0][0], out[1][0], out[0][1])
 
 
 def _two_folders(train: Path, val: Path, strict: bool) -> Splits:
