@@ -74,6 +74,16 @@ def inside(root: Path, name: str, where: str) -> Path:
     return Path(full)
 
 
+def read_text(path: Path, fix: str) -> str:
+    """The text of ``path`` (a UTF-8 byte-order mark dropped); one line naming it and
+    ``fix`` when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DetectionDataError(f"{path}: cannot read it ({type(exc).__name__}): {fix}"
+                                 ) from None
+
+
 def finite(values: list[float]) -> bool:
     """True when every value is a finite number."""
     return all(math.isfinite(v) for v in values)

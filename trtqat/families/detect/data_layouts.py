@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtqat.families.detect.coco_data import Record, annotation_files, coco_records
-from trtqat.families.detect.data_checks import DetectionDataError, Skipped, check_boxes
+from trtqat.families.detect.data_checks import (
+    DetectionDataError,
+    Skipped,
+    check_boxes,
+    read_text,
+)
 from trtqat.families.detect.yolo_labels import Names, pairs, yolo_records
 
 VAL_NAMES = ("val", "valid")
@@ -60,7 +65,8 @@ def _classes_txt(*folders: Path) -> Names:
     for folder in folders:
         path = folder / "classes.txt"
         if path.is_file():
-            names = [n.strip() for n in path.read_text().splitlines() if n.strip()]
+            text = read_text(path, "give one class name a line")
+            names = [n.strip() for n in text.splitlines() if n.strip()]
             if not names:
                 raise DetectionDataError(f"{path} is empty: give one class name a line")
             return Names(names, str(path))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtqat.families.detect.data_checks import DetectionDataError, inside
+from trtqat.families.detect.data_checks import DetectionDataError, inside, read_text
 from trtqat.families.detect.yolo_labels import IMAGE_SUFFIXES, labels_folder, pairs
 
 SPLIT_FIX = ("give a folder of images (e.g. images/train), a list of them, or a .txt list of "
@@ -81,7 +81,7 @@ def _base(spec: dict[str, Any], path: Path) -> Path:
 def _listed(txt: Path, where: str) -> list[tuple[Path, Path]]:
     """The images a ``.txt`` list names (relative to its folder), with their labels."""
     out = []
-    for n, line in enumerate(txt.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(txt, "list one image a line").splitlines(), 1):
         name = line.strip()
         if not name:
             continue

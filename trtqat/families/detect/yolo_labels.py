@@ -25,6 +25,7 @@ from trtqat.families.detect.data_checks import (
     clip_box,
     finite,
     image_size,
+    read_text,
 )
 
 log = logging.getLogger(__name__)
@@ -114,11 +115,7 @@ def _parse(line: str, where: str, names: Names) -> tuple[int, list[float], bool]
 def _read(label: Path, width: int, height: int, names: Names, skipped: Skipped
           ) -> tuple[list[list[float]], int]:
     """The label file's boxes in pixels (class, x1, y1, x2, y2) and its polygon count."""
-    try:
-        text = label.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DetectionDataError(f"{label}: cannot read this label file ({exc}): give a text "
-                                 "file of 'class cx cy w h' lines") from None
+    text = read_text(label, "give a text file of 'class cx cy w h' lines")
     rows, polygons = [], 0
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
