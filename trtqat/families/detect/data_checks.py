@@ -38,7 +38,7 @@ class Skipped:
     def report(self, folder: Path | str) -> None:
         """One warning line per kind of defect found in ``folder``."""
         for kind, (count, first, outcome) in self.kinds.items():
-            log.warning("%s: %d x %s (%s; e.g. %s); --strict refuses them", folder, count,
+            log.warning("%s: %d x %s: %s (e.g. %s); --strict refuses them", folder, count,
                         kind, outcome, first)
 
 
