@@ -50,7 +50,7 @@ def image_size(path: Path, skipped: Skipped) -> tuple[int, int] | None:
     try:
         with Image.open(path) as im:
             width, height = im.size
-    except Exception:  # PIL raises many kinds for a file that is not an image  # noqa: BLE001
+    except Exception:  # PIL raises many kinds for a file that is not an image
         skipped.add("unreadable image", str(path), "skipped")
         return None
     if width < 1 or height < 1:
