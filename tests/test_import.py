@@ -19,3 +19,10 @@ def test_import_does_not_pull_tensorrt_or_cuda():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_engines_is_an_attribute_after_import_trtqat():
+    """README spells `trtqat.engines.load_engine(...)` after a bare `import trtqat`."""
+    code = ("import sys, trtqat; f = trtqat.engines.load_engine; "
+            "assert 'torch' not in sys.modules, 'trtqat.engines loaded torch'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -33,4 +33,5 @@ __getattr__, __dir__ = lazy_attributes(__name__, {
     "build_engine": "trtqat.engines.registry", "benchmark": "trtqat.engines.bench",
     "BenchmarkResult": "trtqat.engines.timing", "qat_recipe": "trtqat.runs.qat_recipe",
     "QATRecipe": "trtqat.runs.qat_recipe",
-}, submodules=("calib", "nn", "optim", "quant", "quant_modules", "tensor_quant", "utils"))
+}, submodules=("calib", "engines", "nn", "optim", "quant", "quant_modules", "tensor_quant",
+               "utils"))

@@ -155,6 +155,25 @@ def _write_summary(out: Path, options: ExportOptions, info: dict[str, Any],
                    results: list[dict[str, Any]]) -> Path:
     from trtqat.atomic import write_json
 
-    payload = {"checkpoint": str(options.checkpoint), "variant": options.variant,
-               "opset": options.opset, **info, "results": results}
+    checkpoint = str(options.checkpoint)
+    results = [r | {"checkpoint": checkpoint} for r in results]
+    payload = {"checkpoint": checkpoint, "variant": options.variant,
+               "opset": options.opset, **info,
+               "results": _earlier_results(out / "export.json", results) + results}
     return write_json(out / "export.json", payload)
+
+
+def _earlier_results(path: Path, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results an earlier export.json in the same folder holds for other files that are
+    still there (every export of a folder lies in it): one export of each variant after another keeps every variant's record.
+    (``refuse_foreign_exports`` has already checked the file is an export summary.)"""
+    import json
+
+    try:
+        earlier = json.loads(path.read_bytes()).get("results", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    replaced = {Path(r["path"]).name for r in new}
+    return [r for r in earlier if isinstance(r, dict) and isinstance(r.get("path"), str)
+            and Path(r["path"]).name not in replaced
+            and (path.parent / Path(r["path"]).name).is_file()]
