@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from cli_run import ROOT
 
 from trtqat.families.detect import data as D
@@ -241,3 +242,10 @@ def test_detection_data_given_to_a_classifier_points_to_the_detectors(tmp_path) 
     for data in (root, tmp_path / "data.yaml"):
         with pytest.raises(DataError, match="looks like detection data.*--model detect:"):
             make_datasets(str(data), 32)
+
+
+def test_training_loader_drops_a_last_batch_of_one_image():
+    """BatchNorm cannot train on one image ("Expected more than 1 value per channel")."""
+    data = [(torch.zeros(3, 8, 8), torch.zeros(0, 5)) for _ in range(5)]
+    assert [len(x) for x, _ in D.loader(data, 2, True)] == [2, 2]
+    assert [len(x) for x, _ in D.loader(data, 2, False)] == [2, 2, 1]  # evaluation keeps all

@@ -109,7 +109,9 @@ def collate(batch: Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 def loader(dataset: Dataset, batch_size: int, shuffle: bool, seed: int = 0,
            workers: int = 0) -> DataLoader:
-    """A loader of ``(images, [targets])`` batches (shuffled from ``seed``)."""
+    """A loader of ``(images, [targets])`` batches (shuffled from ``seed``). A shuffled
+    (training) loader drops a last batch of one image, which BatchNorm cannot train on."""
     gen = torch.Generator().manual_seed(seed)
+    lone = shuffle and len(dataset) % batch_size == 1 and len(dataset) > 1
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
-                      num_workers=workers, generator=gen, drop_last=False)
+                      num_workers=workers, generator=gen, drop_last=lone)
