@@ -136,3 +136,11 @@ def test_compare_notes_the_faithful_engine():
     assert result.notes == []
     _noted(SimpleNamespace(header={"reencoding": {"kind": "faithful", "why": MOVED}}), result)
     assert len(result.notes) == 1 and "faithful re-encoding" in result.notes[0]
+    verdict = {"inputs": 3, "samples": 24, "metric": "top1", "threshold": 0.99, "threads": 1,
+               "integer": 0.5, "faithful": 1.0}
+    _noted(SimpleNamespace(header={"reencoding": {"kind": "faithful", "why": MOVED,
+                                                  "verdict": verdict}}), result)
+    assert result.notes[-1] == (
+        "ORT re-encoding verdict: faithful graph; top1 agreement of the integer graph 50.00%, "
+        "faithful 100.00%, threshold 99.00%, on 24 samples of 3 calibration batches (ORT on 1 "
+        "thread)")
