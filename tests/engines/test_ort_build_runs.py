@@ -87,3 +87,22 @@ def test_engine_that_cannot_run_is_refused_and_runtime_errors_are_one_line(
     assert "Traceback" not in err and len(err.splitlines()) == 1
     assert "failed running the engine" in err and "QLinearGlobalAveragePool" in err
     assert load_engine(saved).header["first_inference"] == "not run"
+
+
+def test_agreement_check_fails_on_non_finite_outputs():
+    """NaN outputs of the re-encoded graph fail the check, whatever top-1 says."""
+    from onnx import TensorProto, helper
+
+    from trtqat.engines.ort_qdq import AgreementError, check_agreement
+
+    def model(op: str) -> onnx.ModelProto:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+        graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g", [x], [y])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                 ir_version=8)
+
+    feed = [{"x": np.array([[-1, 2, 3, 4], [4, 3, 2, -1]], np.float32)}]
+    assert check_agreement(model("Identity"), model("Identity"), feed)["top1_agreement"] == 1
+    with pytest.raises(AgreementError, match="non-finite outputs"):
+        check_agreement(model("Identity"), model("Sqrt"), feed)
