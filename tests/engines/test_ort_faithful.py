@@ -76,7 +76,12 @@ def test_build_falls_back_to_the_faithful_reencoding(tmp_path, monkeypatch, capl
     meta = {p.key: p.value for p in onnx.load_from_string(engine.payload).metadata_props}
     report = json.loads(meta["trtqat.cpu_reencode"])
     assert report["faithful"] is True and report["full_reencoding"] == MOVED
-    assert engine.header["reencoding"] == {"kind": "faithful", "why": MOVED}
+    found = engine.header["reencoding"]
+    assert (found["kind"], found["why"]) == ("faithful", MOVED)
+    verdict = found["verdict"]  # what the kind depended on
+    assert (verdict["inputs"], verdict["samples"], verdict["source"]) == (3, 24, "calib_feeds")
+    assert (verdict["metric"], verdict["threshold"], verdict["threads"]) == ("top1", 0.99, 1)
+    assert verdict["faithful"] >= 0.99 and verdict["integer"] is None  # (the fake's error)
     assert report["agreement"]["top1_agreement"] >= 0.99
     warned = [r.getMessage() for r in caplog.records if "faithful" in r.getMessage()]
     assert len(warned) == 1 and "top-1 agreement 50.00% < 99.00%" in warned[0]
@@ -113,7 +118,10 @@ def test_without_calibration_inputs_nothing_is_checked(tmp_path, monkeypatch):
     meta = {p.key: p.value for p in onnx.load_from_string(engine.payload).metadata_props}
     report = json.loads(meta["trtqat.cpu_reencode"])
     assert "faithful" not in report and "agreement" not in report
-    assert engine.header["reencoding"] == {"kind": "integer"}
+    assert engine.header["reencoding"]["kind"] == "integer"
+    verdict = engine.header["reencoding"]["verdict"]
+    assert (verdict["inputs"], verdict["source"], verdict["integer"]) == (0, "none (not checked)",
+                                                                         None)
     assert engine.header["compute_nodes"]["integer"]
 
 
@@ -128,3 +136,11 @@ def test_compare_notes_the_faithful_engine():
     assert result.notes == []
     _noted(SimpleNamespace(header={"reencoding": {"kind": "faithful", "why": MOVED}}), result)
     assert len(result.notes) == 1 and "faithful re-encoding" in result.notes[0]
+    verdict = {"inputs": 3, "samples": 24, "metric": "top1", "threshold": 0.99, "threads": 1,
+               "integer": 0.5, "faithful": 1.0}
+    _noted(SimpleNamespace(header={"reencoding": {"kind": "faithful", "why": MOVED,
+                                                  "verdict": verdict}}), result)
+    assert result.notes[-1] == (
+        "ORT re-encoding verdict: faithful graph; top1 agreement of the integer graph 50.00%, "
+        "faithful 100.00%, threshold 99.00%, on 24 samples of 3 calibration batches (ORT on 1 "
+        "thread)")

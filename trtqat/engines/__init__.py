@@ -20,6 +20,7 @@ from trtqat.engines.errors import (
     EngineBuildError,
     EngineError,
     EngineFileError,
+    EngineRunError,
     InputError,
     ModelFileError,
     OptionsError,
@@ -40,7 +41,8 @@ from trtqat.engines.timing import BenchmarkResult, BenchmarkSettings, QueryTimes
 
 __all__ = [
     "BackendInfo", "BackendUnavailableError", "BenchmarkResult", "BenchmarkSettings", "BuildOptions", "Builder",
-    "CudaError", "Engine", "EngineBuildError", "EngineError", "EngineFileError", "InputError",
+    "CudaError", "Engine", "EngineBuildError", "EngineError", "EngineFileError", "EngineRunError",
+    "InputError",
     "ModelFileError", "OptionsError", "QueryTimes", "Runner", "ShapeError", "TensorSpec",
     "backend_info", "backend_names", "benchmark", "build_engine", "builder_class",
     "canonical_backend", "engine_class", "load_engine", "parse_shapes", "random_feed",

@@ -49,3 +49,7 @@ class RunnerStateError(EngineError, RuntimeError):
 
 class OptionsError(EngineError, ValueError):
     """An invalid build or benchmark setting."""
+
+
+class EngineRunError(EngineError, RuntimeError):
+    """The backend failed while running an engine (a kernel refused its parameters, ...)."""

@@ -3,7 +3,8 @@
 Building runs the ONNX through an optional ``prepare_model`` step (e.g. the Q/DQ
 re-encoding of ``trtqat.engines.ort_qdq``), then lets ORT optimise it (level ALL) and
 saves the optimised model (``optimized_model_filepath``). CPU by default; CUDA and TensorRT
-execution providers when the installed onnxruntime has them.
+execution providers when the installed onnxruntime has them. Every build runs one inference
+before it returns (:mod:`trtqat.engines.ort_run`); the same inputs give the same engine bytes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from trtqat.engines.onnx_io import (
     onnx_output_specs,
     ort_disabled_optimizers,
 )
+from trtqat.engines.ort_run import first_inference, ort_call
 from trtqat.engines.specs import (
     PRECISION_FLAGS,
     PROVIDERS,
@@ -254,20 +256,25 @@ class OrtBuilder(Builder):
             source = model.SerializeToString()
             disabled = ort_disabled_optimizers(model)
             try:
-                _create_session(ort, source, so, providers, str(path), disabled)
+                session = _create_session(ort, source, so, providers, str(path), disabled)
             except EngineBuildError:
                 if not has_float16(model) or FP16_QDQ_FUSIONS in disabled:
                     raise
                 log.info("%s: ONNX Runtime cannot load it with its Q/DQ fusions on float16 "
                          "scales; built without them", path)
                 disabled = [*disabled, FP16_QDQ_FUSIONS]
-                _create_session(ort, source, so, providers, str(path), disabled)
+                session = _create_session(ort, source, so, providers, str(path), disabled)
             payload = optimized.read_bytes() if not compiled else source
+        # never hand out an engine that does not run: ORT checks some kernels only then
+        ran_on = first_inference(session, inputs, options.calib_feeds, str(path),
+                                 bool(reencoding))
+        del session
         header = self.base_header(path, inputs, onnx_output_specs(model), ort.__version__,
                                   ignored=ignored)
         header.update(providers=[name for name, _ in providers], optimized=not compiled,
                       prepare=options.ort_prepare, machine=platform.machine(),
-                      disabled_optimizers=disabled, cpu_int8=cpu_int8)
+                      disabled_optimizers=disabled, cpu_int8=cpu_int8,
+                      first_inference=ran_on)
         if reencoding:
             header["reencoding"] = reencoding
         if not compiled:
@@ -282,9 +289,14 @@ def _reencoding(model: onnx.ModelProto) -> dict[str, Any]:
     report = reencode_report(model)
     if not report.get("rewritten"):
         return {}
+    found: dict[str, Any] = {"kind": "integer"}
     if report.get("faithful"):
-        return {"kind": "faithful", "why": report.get("full_reencoding", "")}
-    return {"kind": "integer"}
+        found = {"kind": "faithful", "why": report.get("full_reencoding", "")}
+    if report.get("verdict"):  # what the kind depended on (inputs, threshold, figures)
+        found["verdict"] = report["verdict"]
+    if report.get("pools_in_float"):
+        found["pools_in_float"] = report["pools_in_float"]
+    return found
 
 
 class OrtRunner(Runner):
@@ -321,7 +333,8 @@ class OrtRunner(Runner):
         self._binding = None
 
     def _infer_impl(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self._output_names, self.session.run(self._output_names, feed)))
+        outputs = ort_call("the engine", self.session.run, self._output_names, feed)
+        return dict(zip(self._output_names, outputs))
 
     def _bench_setup_impl(self, feed: dict[str, np.ndarray], data_transfers: bool,
                           cuda_graph: bool) -> None:
@@ -352,7 +365,7 @@ class OrtRunner(Runner):
             for name, value in self._in_values.items():
                 value.update_inplace(self._feed[name])
         t1 = clock()
-        self.session.run_with_iobinding(self._binding)
+        ort_call("the engine", self.session.run_with_iobinding, self._binding)
         t2 = clock()
         if data_transfers:
             for name, value in self._out_values.items():
@@ -370,7 +383,7 @@ class OrtRunner(Runner):
             session = self._new_session(enable_profiling=True,
                                         profile_file_prefix=str(Path(tmp) / "ort"))
             for _ in range(iterations):
-                session.run(None, feed)
+                ort_call("the engine", session.run, None, feed)
             events = json.loads(Path(session.end_profiling()).read_text())
         totals: dict[str, float] = defaultdict(float)
         for event in events:

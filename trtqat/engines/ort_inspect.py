@@ -47,7 +47,10 @@ DEFAULT_MIN_COSINE = 0.98
 
 
 class AgreementError(EngineBuildError):
-    """A rewritten model's outputs moved too far from the model it was made from."""
+    """A rewritten model's outputs moved too far from the model it was made from
+    (``agreement``: what :func:`check_agreement` measured, when it got that far)."""
+
+    agreement: dict[str, Any] | None = None
 
 
 def cpu_session(model: onnx.ModelProto, threads: int = 2, level: str = "all",
@@ -176,6 +179,12 @@ def mean_centered_cosine(ref: Sequence[np.ndarray], cand: Sequence[np.ndarray]) 
     return float(np.concatenate(rows).mean()) if rows else float("nan")
 
 
+def _failed(result: dict[str, Any], message: str) -> AgreementError:
+    error = AgreementError(message)
+    error.agreement = result
+    return error
+
+
 def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.ModelProto,
                     feeds: Feeds, min_top1: float = 0.99, threads: int = 2,
                     min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
@@ -196,11 +205,17 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
     # the reference runs Q/DQ as written (no integer fusion: float maths on dequantized
     # values, the ONNX semantics), whatever this CPU's integer kernels do
     ref = _run(cpu_session(reference_model, threads, "basic"), feeds)
-    cand = _run(cpu_session(candidate_model, threads), feeds)
+    try:
+        cand = _run(cpu_session(candidate_model, threads), feeds)
+    except Exception as exc:  # ORT's pybind types: a kernel that refuses its parameters
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise EngineBuildError(f"the CPU re-encoded graph fails in ONNX Runtime on the check "
+                               f"inputs ({first}); build with --ortPrepare=none") from None
     if metric == "auto":
         metric = "cosine" if is_embedding_output(reference_model, ref) else "top1"
     same = total = 0
     max_diff = mean_acc = ref_max = 0.0
+    finite = True  # (max() drops a NaN: count them apart)
     detector = metric == "top1" and is_detection(reference_model)
     for r, c in zip(ref, cand):
         r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
@@ -211,6 +226,7 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
             same += int(_top1_agrees(r2, c2).sum())
             total += r2.shape[0]
         diff = np.abs(r2.astype(np.float64) - c2)
+        finite = finite and bool(np.isfinite(diff).all())
         max_diff = max(max_diff, float(diff.max()))
         mean_acc += float(diff.sum())
         ref_max = max(ref_max, float(np.abs(r2).max()))
@@ -220,18 +236,23 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
               "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
               "max_abs_reference": ref_max,
               "mean_centered_cosine": mean_centered_cosine(ref, cand)}
+    if not finite:
+        ref_finite = all(np.isfinite(r).all() for r in ref)
+        raise _failed(result, "CPU re-encoding gives non-finite outputs where the Q/DQ model "
+                      f"gives {'finite ones' if ref_finite else 'non-finite ones too'} on the "
+                      "check inputs; build with --ortPrepare=none")
     if metric == "cosine":
         cos = np.concatenate([row_cosines(r, c) for r, c in zip(ref, cand)])
         threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
         result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()))
         if result["mean_cosine"] < threshold:
-            raise AgreementError(
+            raise _failed(result,
                 f"CPU re-encoding moved the embeddings too far: mean cosine similarity "
                 f"{result['mean_cosine']:.4f} < {threshold:.4f} on {total} rows (lowest "
                 f"{result['min_cosine']:.4f}); build with --ortPrepare=none or calibrate on "
                 "representative inputs")
     elif result["top1_agreement"] < min_top1:
-        raise AgreementError(
+        raise _failed(result,
             f"CPU re-encoding moved the outputs too far: "
             f"{'detection' if detector else 'top-1'} agreement "
             f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "

@@ -52,6 +52,7 @@ from trtqat.engines.ort_qdq_matmul import (
     fuse_matmul_epilogues,
     has_quantized_matmul,
 )
+from trtqat.engines.ort_qdq_pool import float_pools_out_of_range
 from trtqat.engines.ort_qdq_rewrite import (
     fold_batchnorm_nodes,
     prequantize_weights,
@@ -204,6 +205,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["matmul_epilogues"] = fuse_matmul_epilogues(g)
     if "float_output_convs" in run:
         passes["float_output_convs_integer"] = integer_float_output_convs(g)
+    # not a pass either: ORT's QLinearGlobalAveragePool throws at run time on such scales
+    if floated := float_pools_out_of_range(g):
+        report["pools_in_float"] = floated
     report["cpu"] = dict(cpu_int8_info(), u8s8_saturates=saturates)
     if saturates:  # not a pass a family chooses: the integer kernels here need it
         g.reindex()
@@ -231,26 +235,59 @@ def _agreement_text(agreement: dict[str, Any]) -> str:
     return f"top-1 agreement {agreement.get('top1_agreement', float('nan')):.2%}"
 
 
+# The re-encoding's calibration, constant folding and agreement check run ORT on this many
+# intra-op threads, whatever --threads says: float sums split across threads round
+# differently, which moved borderline verdicts (and added quantizer scales) between builds.
+BUILD_THREADS = 1
+# report entries that vary from build to build and stay out of the engine file
+_UNSTABLE = ("seconds",)
+
+
+def _figure(agreement: dict[str, Any] | None) -> float | None:
+    """The figure the verdict compares: mean cosine (embeddings) or top-1 agreement."""
+    if not agreement:
+        return None
+    return agreement.get("mean_cosine", agreement.get("top1_agreement"))
+
+
+def verdict_record(feeds: list, kwargs: dict[str, Any], integer: dict[str, Any] | None,
+                   faithful: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the integer-or-faithful verdict depended on: the check inputs, the metric and
+    threshold, and the figure measured for each graph tried (None: not built)."""
+    metric = (integer or faithful or {}).get("metric")
+    threshold = (kwargs.get("min_cosine") if metric == "cosine" else kwargs.get("min_top1"))
+    if metric == "cosine" and threshold is None:
+        threshold = DEFAULT_MIN_COSINE
+    return {"inputs": len(feeds), "samples": (integer or faithful or {}).get("samples", 0),
+            "source": "calib_feeds" if feeds else "none (not checked)",
+            "metric": metric, "threshold": threshold if feeds else None,
+            "threads": BUILD_THREADS, "integer": _figure(integer),
+            "faithful": _figure(faithful)}
+
+
 def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
     """The ORT backend's pre-session step: :func:`reencode_for_cpu` for TensorRT-style Q/DQ
     graphs, unchanged otherwise.
 
     Reads, when present on ``options``: ``calib_feeds``, ``min_top1``, ``min_cosine``,
-    ``threads``, ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
+    ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
     int8 weights where ORT's u8s8 kernels may saturate). When the re-encoding fails the
     agreement check, the ``faithful`` one is built instead (its report says why under
     ``full_reencoding``); when that fails too, :class:`AgreementError` is raised. The report
-    is logged and stored in the model's metadata under ``trtqat.cpu_reencode``.
+    (with ``verdict``: :func:`verdict_record`) is logged and stored in the model's metadata
+    under ``trtqat.cpu_reencode``, without its timing: the same model and options give the
+    same bytes. ORT runs on :data:`BUILD_THREADS` threads here, whatever ``threads`` says.
     """
     if not getattr(options, "cpu_reencode", True):
         return model
-    feeds = getattr(options, "calib_feeds", None)
+    feeds = list(getattr(options, "calib_feeds", None) or [])
     kwargs = {"min_top1": getattr(options, "min_top1", 0.99),
-              "threads": getattr(options, "threads", None) or 2,
+              "threads": BUILD_THREADS,
               "min_cosine": getattr(options, "min_cosine", None),
               "u8s8_exact": None if getattr(options, "u8s8_guard", True) else True}
     try:
         new_model, report = reencode_for_cpu(model, feeds, **kwargs)
+        verdict = verdict_record(feeds, kwargs, report.get("agreement"))
     except AgreementError as exc:  # added requantization moved the outputs: do without it
         first = str(exc).splitlines()[0]
         try:
@@ -261,6 +298,7 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
                                      "this CPU, whose uint8 x int8 kernels saturate: build "
                                      "with --cpuInt8=exact") from None
             raise
+        verdict = verdict_record(feeds, kwargs, exc.agreement, report.get("agreement"))
         report["full_reencoding"] = first
         reason = first.split(": ", 1)[-1].split(";")[0]
         log.warning("CPU re-encoding: the fully integer graph moved the outputs too far (%s); "
@@ -268,6 +306,9 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
                     "the like run in float, slower), %s", reason,
                     _agreement_text(report.get("agreement") or {}))
     if report.get("rewritten"):
+        report["verdict"] = verdict
+        stable = {k: v for k, v in report.items() if k not in _UNSTABLE}
         entry = new_model.metadata_props.add()
-        entry.key, entry.value = REENCODED_KEY, json.dumps(report, default=str)
+        entry.key = REENCODED_KEY
+        entry.value = json.dumps(stable, default=str, sort_keys=True)
     return new_model

@@ -217,7 +217,7 @@ def _plan(u: Units) -> tuple[dict[str, list[str]], set[str], set[str], set[str]]
             if u.source(node.input[0]) in quantized:
                 quantized.update(o for o in node.output if o)
     needed |= unit_outs
-    active = {find.find(n) for n in needed}
+    active = {find.find(n) for n in sorted(needed)}  # sorted: find() records new names in order
     groups: dict[str, list[str]] = {}
     for name in list(find.parent) + sorted(needed - set(find.parent)):
         root = find.find(name)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def image_data(family, variants: list[Variant], settings: dict[str, Any], cfg) -> EvalData:
     """The validation split of the runs' data (labels: top-1/top-5) and a few training
     batches for calibration; missing ONNX files are exported as ``trtqat export`` would."""
-    from trtqat.families.cnn.data import make_loaders
+    from trtqat.families.cnn.data import make_datasets, make_loader
     from trtqat.families.cnn.data_sources import make_preprocess
 
     data = cfg.data or settings.get("data") or "digits"
@@ -26,15 +26,18 @@ def image_data(family, variants: list[Variant], settings: dict[str, Any], cfg) -
         raise CompareError("cannot tell the image size: pass --image-size")
     batch = max(cfg.batch_sizes)
     prep = make_preprocess(image_size, recorded=settings.get("preprocess"))
-    train_loader, val_loader, num_classes = make_loaders(data, image_size, batch_size=batch,
-                                                         prep=prep)
+    # The ORT re-encoding's calibration and agreement-check inputs are training images
+    # without augmentation (its random crops and flips made every build check other inputs,
+    # and could flip its verdict), in the seeded shuffle's order.
+    calib_set, val_set, num_classes = make_datasets(data, image_size, augment=False, prep=prep)
+    val_loader = make_loader(val_set, batch, train=False)
     n_val = len(val_loader.dataset)
     if n_val < batch:
         raise CompareError(f"the validation split has {n_val} images, fewer than the largest "
                            f"batch size {batch}: lower --batch-sizes or use more data")
     val = [(x.numpy(), y.numpy()) for x, y in val_loader]
     calib = []
-    for x, _ in train_loader:
+    for x, _ in make_loader(calib_set, batch, train=True):
         calib.append(x.numpy())
         if len(calib) >= cfg.calib_batches:
             break

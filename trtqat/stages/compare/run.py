@@ -109,12 +109,35 @@ def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareCon
 
 
 def _noted(engine: Any, result: VariantResult) -> Any:
-    """``engine``, after noting in ``result`` that it is the faithful ORT re-encoding."""
-    why = (engine.header.get("reencoding") or {}).get("why")
+    """``engine``, after noting in ``result`` that it is the faithful ORT re-encoding, and
+    what the re-encoding's verdict depended on."""
+    reencoding = engine.header.get("reencoding") or {}
+    why = reencoding.get("why")
     if why:
         result.notes.append("ORT faithful re-encoding (residual Adds in float): the fully "
                             f"integer one failed its check: {why[:160]}")
+    verdict = verdict_note(reencoding)
+    if verdict:
+        result.notes.append(verdict)
     return engine
+
+
+def verdict_note(reencoding: dict[str, Any]) -> str | None:
+    """One line: the graph the ORT re-encoding kept, the figures it measured for each graph
+    it tried, the threshold and the check inputs (None when nothing was checked)."""
+    v = reencoding.get("verdict") or {}
+    if not v.get("inputs"):
+        return None
+    cosine = v.get("metric") == "cosine"
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else (f"{x:.4f}" if cosine else f"{x:.2%}")
+
+    what = "mean cosine" if cosine else f"{v.get('metric') or 'top1'} agreement"
+    return (f"ORT re-encoding verdict: {reencoding.get('kind')} graph; {what} of the integer "
+            f"graph {fmt(v.get('integer'))}, faithful {fmt(v.get('faithful'))}, threshold "
+            f"{fmt(v.get('threshold'))}, on {v.get('samples')} samples of {v['inputs']} "
+            f"calibration batches (ORT on {v.get('threads')} thread)")
 
 
 def score(runner, data: EvalData, names: list[str], family, source: Path
