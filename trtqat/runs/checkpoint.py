@@ -110,10 +110,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated file, not a torch file, unpickling refused
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        # torch's own text may advise weights_only=False, which must never be used on a file
+        # torch's own text advises an unpickling load, which must never be used on a file
         # of unknown origin: say what the file is instead
-        detail = "" if "weights_only" in str(exc) else f" ({first[:120]})"
+        from trtqat.runs.pickled import reason
+
+        why = reason(exc)
+        detail = "" if why.startswith("it ") else f" ({why[:120]})"
         raise CheckpointError(f"cannot read checkpoint {path}: it is not a file of tensors and "
                               "plain types (corrupt, truncated, or it holds Python objects, "
                               f"which trtqat never unpickles){detail}; pass a .pt written by "

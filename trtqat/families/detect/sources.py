@@ -91,8 +91,11 @@ def build(model: str, num_classes: int | None, spec_source: dict[str, Any] | Non
         return yolo.yolo_digits(num_classes or 10, *_builtin_shape(spec_source))
     if kind == "file":
         from trtqat.families.cnn.model_source import build as build_file
+        from trtqat.families.cnn.model_source import recorded_sha256
 
-        return build_file(model.removeprefix(PREFIX), num_classes)
+        file = model.removeprefix(PREFIX)  # from a checkpoint: only the file it recorded
+        expected = None if spec_source is None else recorded_sha256(file, spec_source)
+        return build_file(file, num_classes, expected_sha256=expected)
     if kind == "ultralytics":
         from trtqat.families.detect.ultralytics import build_yolo
 

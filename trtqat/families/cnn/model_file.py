@@ -1,0 +1,57 @@
+"""Import a user's model file (``--model path/to/file.py:factory``) from verified bytes.
+
+The file is read once; those bytes are hashed (and compared with the SHA-256 a checkpoint
+recorded, when rebuilding from one), compiled and executed into a fresh module. No bytecode
+cache is read or written: a ``__pycache__/*.pyc`` whose header matches the source (same
+mtime and size) but whose code differs never runs, and what runs is what was hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import types
+from pathlib import Path
+
+from trtqat.errors import TrtqatError
+
+MODULE_PREFIX = "trtqat_user_model_"
+
+
+class ModelSourceError(TrtqatError, ValueError):
+    """A model source or weights file cannot be used (missing, wrong kind, keys differ)."""
+
+
+def module_name(path: Path) -> str:
+    """The ``sys.modules`` name of a model file: unique per resolved path."""
+    return MODULE_PREFIX + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+
+
+def import_verified(path: Path, expected_sha256: str | None = None) -> types.ModuleType:
+    """Execute the bytes of ``path`` as a new module and return it.
+
+    ``expected_sha256``: the digest a checkpoint recorded; bytes that differ are refused
+    before anything runs. The module stays in ``sys.modules`` (under :func:`module_name`) so
+    that its classes pickle and its dataclasses resolve; a failed import removes it.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelSourceError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+    if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise ModelSourceError(f"the checkpoint builds its model by importing {path}, which "
+                               "changed since the checkpoint was written (its SHA-256 "
+                               "differs): importing it would run code you have not checked; "
+                               "restore the file, or review it and pass --trust-model-file")
+    name = module_name(path)
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        code = compile(data, str(path), "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # noqa: S102 - the user's own model file, as imported
+    except Exception as exc:  # the user's file: report it, do not crash
+        sys.modules.pop(name, None)
+        raise ModelSourceError(f"importing model file {path} failed: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    return module
