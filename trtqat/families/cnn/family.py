@@ -32,8 +32,13 @@ class CNNFamily(ModelFamily):
     summary = "image classifiers: torchvision or timm names, or path/to/file.py:factory"
 
     def claims_model(self, model: str) -> bool:
-        """Every model no earlier family claims."""
-        return True
+        """Every model name no earlier family claims, and ``path/to/file.py:factory``; not
+        another path (``families.of_model`` then lists what ``--model`` takes)."""
+        from trtqat.families.cnn.model_source import FILE_SOURCE
+        from trtqat.families.model_paths import is_path_like
+
+        return (not is_path_like(model) or model.startswith("timm:")
+                or FILE_SOURCE.match(model) is not None or model.endswith(".py"))
 
     def claims_module(self, model: nn.Module) -> bool:
         """Every in-memory model no earlier family claims."""

@@ -42,8 +42,11 @@ def kind_of(model: str) -> str | None:
         return "builtin"
     if model.startswith(PREFIX):
         return "file"
+    from trtqat.families.detect.ultralytics_files import is_ultralytics_pt, is_ultralytics_yaml
+
     suffix = Path(model).suffix.lower()
-    if suffix in (".yaml", ".yml") or (suffix == ".pt" and Path(model).expanduser().is_file()):
+    if (suffix in (".yaml", ".yml") and is_ultralytics_yaml(model)) or (
+            suffix == ".pt" and is_ultralytics_pt(model)):
         return "ultralytics"
     return None
 
@@ -82,7 +85,8 @@ def build(model: str, num_classes: int | None, spec_source: dict[str, Any] | Non
     holds an Ultralytics model's yaml, so a rebuild needs neither file, and the built-in
     detector's widths and activation: the earlier ones where a checkpoint does not record
     them)."""
-    kind = kind_of(model)
+    # a checkpoint's record says what it is (its .pt or .yaml need not be there any more)
+    kind = (spec_source or {}).get("kind") or kind_of(model)
     if kind == "builtin":
         from trtqat.families.detect import yolo
 
