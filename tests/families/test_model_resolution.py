@@ -78,3 +78,16 @@ def test_an_ultralytics_pt_is_refused_before_it_is_unpickled(tmp_path, capsys):
     assert not marker.exists() and not (tmp_path / "run").exists()
     assert main([*argv, "--trust-model-file"]) == 1  # Ultralytics loads it: the payload ran
     assert marker.exists()
+
+
+@pytest.mark.parametrize("argv", [["--model", "{long}.py:make"], ["--model", "detect:{long}.py:make"],
+                                  ["--model", "{long}"], ["--checkpoint", "{long}.pt"],
+                                  ["--model", "resnet18", "--weights", "{long}.pt"]])
+def test_paths_too_long_for_the_file_system_are_one_line(tmp_path, capsys, argv):
+    long = str(tmp_path / ("z" * 300))
+    out = tmp_path / "run"
+    rc = main(["calibrate", *[a.format(long=long) for a in argv], "--num-batches", "1",
+               "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "zzz" in err[0], err  # about the path, not a crash
+    assert not out.exists()

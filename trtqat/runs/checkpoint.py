@@ -21,6 +21,7 @@ FP32 run, and ``calib`` (ptq/qat) {"method", "percentile", "num_batches", "batch
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -96,6 +97,12 @@ def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a trtqat checkpoint (tensors and plain types only: ``weights_only=True``)."""
     path = Path(path)
+    try:
+        path.stat()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        if exc.errno != errno.ENOENT:
+            raise CheckpointError(f"checkpoint {str(path)[:120]}: {exc.strerror or exc}; "
+                                  "check the path") from None
     if path.is_dir():
         for name in ("best.pt", "last.pt"):
             if (path / name).is_file():

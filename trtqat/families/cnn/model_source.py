@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from trtqat.families.cnn.model_file import ModelSourceError, import_verified, module_name
+from trtqat.families.model_paths import probe
 from trtqat.outputs import select
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def _timm(required: bool = True):
 def _load_factory(source: str, expected_sha256: str | None = None):
     m = FILE_SOURCE.match(source)
     path, factory = Path(m["file"]), m["factory"]
-    if not path.is_file():
+    if probe(path) != "file":
         raise ModelSourceError(f"--model {source}: model file {path} does not exist")
     module = import_verified(path, expected_sha256)  # its bytes, never a .pyc
     name = module_name(path)
@@ -185,7 +186,7 @@ def _cached_file(weight) -> Path:
 def resolve_weights(source: str, weights: str) -> Path:
     """The file behind ``--weights``: a path, or a cached torchvision named weight."""
     path = Path(weights)
-    if path.is_file():
+    if probe(path) == "file":
         return path
     if kind_of(source) == "torchvision" and "/" not in weights and \
             path.suffix.lower() not in (".pt", ".pth", ".bin", ".ckpt", ".tar"):
@@ -327,7 +328,7 @@ def recorded_sha256(source: str, rec: dict[str, Any]) -> str | None:
         return None
     path = Path(match["file"])
     recorded = rec.get("file_sha256")
-    if not path.is_file():  # refused when built ("" matches no file, should one appear)
+    if probe(path) != "file":  # refused when built ("" matches no file, should one appear)
         return recorded if isinstance(recorded, str) else ""
     same_file = bool(rec.get("file")) and Path(str(rec["file"])).resolve() == path.resolve()
     if same_file and isinstance(recorded, str):
