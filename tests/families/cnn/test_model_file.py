@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
 import py_compile
 import sys
 
@@ -61,13 +62,33 @@ def test_a_planted_pyc_never_runs(planted):
     assert open(cache, "rb").read() == pyc  # neither read nor rewritten
 
 
-def test_a_model_file_writes_no_bytecode(tmp_path):
+CLASSES = '''from dataclasses import dataclass
+from torch import nn
+
+@dataclass
+class Config:
+    width: int = 4
+
+class Net(nn.Module):
+    def __init__(self, num_classes, cfg=Config()):
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(cfg.width, num_classes)
+
+def make(num_classes=10):
+    return Net(num_classes)
+'''
+
+
+def test_a_model_file_writes_no_bytecode_and_its_classes_pickle(tmp_path):
     src = tmp_path / "net.py"
-    src.write_text(NET)
-    ms.build(f"{src}:make", 5)
+    src.write_text(CLASSES)
+    model = ms.build(f"{src}:make", 5)
     assert not (tmp_path / "__pycache__").exists()
-    module = sys.modules[ms.module_name(src)]  # its classes pickle: the module is registered
+    module = sys.modules[ms.module_name(src)]  # registered: dataclasses and pickle find it
     assert module.__file__ == str(src)
+    back = pickle.loads(pickle.dumps(model))
+    assert back.cfg.width == 4 and back.fc.out_features == 5
 
 
 def test_rebuilding_runs_only_the_recorded_bytes(tmp_path):
