@@ -100,6 +100,7 @@ def test_rebuilding_runs_only_the_recorded_bytes(tmp_path):
     assert ms.build(rec["model"], 5, expected_sha256=expected).out_features == 5
     marker = tmp_path / "ran"
     src.write_text(NET + f"open({str(marker)!r}, 'w').write('ran')\n")
+    assert ms.describe(rec["model"]) == rec  # the digest of the bytes that ran
     with pytest.raises(TrtqatError, match="changed since the checkpoint was written"):
         ms.build(rec["model"], 5, expected_sha256=expected)
     assert not marker.exists()

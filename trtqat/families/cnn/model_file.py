@@ -16,6 +16,7 @@ from pathlib import Path
 from trtqat.errors import TrtqatError
 
 MODULE_PREFIX = "trtqat_user_model_"
+_EXECUTED: dict[str, str] = {}  # resolved path -> SHA-256 of the bytes last executed
 
 
 class ModelSourceError(TrtqatError, ValueError):
@@ -38,7 +39,8 @@ def import_verified(path: Path, expected_sha256: str | None = None) -> types.Mod
         data = path.read_bytes()
     except OSError as exc:
         raise ModelSourceError(f"cannot read model file {path}: {exc.strerror or exc}") from None
-    if expected_sha256 is not None and hashlib.sha256(data).hexdigest() != expected_sha256:
+    digest = hashlib.sha256(data).hexdigest()
+    if expected_sha256 is not None and digest != expected_sha256:
         raise ModelSourceError(f"the checkpoint builds its model by importing {path}, which "
                                "changed since the checkpoint was written (its SHA-256 "
                                "differs): importing it would run code you have not checked; "
@@ -54,4 +56,10 @@ def import_verified(path: Path, expected_sha256: str | None = None) -> types.Mod
         sys.modules.pop(name, None)
         raise ModelSourceError(f"importing model file {path} failed: {type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    _EXECUTED[str(path.resolve())] = digest
     return module
+
+
+def executed_sha256(path: Path) -> str | None:
+    """SHA-256 of the bytes of ``path`` this process last executed (None: not imported)."""
+    return _EXECUTED.get(str(path.resolve()))

@@ -24,7 +24,12 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from trtqat.families.cnn.model_file import ModelSourceError, import_verified, module_name
+from trtqat.families.cnn.model_file import (
+    ModelSourceError,
+    executed_sha256,
+    import_verified,
+    module_name,
+)
 from trtqat.families.model_paths import probe
 from trtqat.outputs import select
 
@@ -293,13 +298,14 @@ def load_weights(model: nn.Module, source: str, weights: str, new_head: bool = F
 
 # --------------------------------------------------------------------------- records
 def describe(source: str) -> dict[str, Any]:
-    """``{"model", "kind"[, "file", "file_sha256"]}``: enough to rebuild the model."""
+    """``{"model", "kind"[, "file", "file_sha256"]}``: enough to rebuild the model (the
+    digest of the bytes that were executed, when the file was imported already)."""
     kind = kind_of(source)
     info: dict[str, Any] = {"model": source, "kind": kind}
     if kind == "file":
         path = Path(FILE_SOURCE.match(source)["file"]).resolve()
         info.update(model=f"{path}:{FILE_SOURCE.match(source)['factory']}", file=str(path),
-                    file_sha256=sha256(path))
+                    file_sha256=executed_sha256(path) or sha256(path))
     return info
 
 
