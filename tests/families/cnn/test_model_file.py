@@ -4,6 +4,7 @@ header matches the source never runs, and nothing is written there."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import pickle
 import py_compile
@@ -89,6 +90,8 @@ def test_a_model_file_writes_no_bytecode_and_its_classes_pickle(tmp_path):
     assert module.__file__ == str(src)
     back = pickle.loads(pickle.dumps(model))
     assert back.cfg.width == 4 and back.fc.out_features == 5
+    src.write_text("# edited later\n")
+    assert "self.cfg = cfg" in inspect.getsource(module.Net)  # the text that ran
 
 
 def test_rebuilding_runs_only_the_recorded_bytes(tmp_path):

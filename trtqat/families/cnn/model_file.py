@@ -9,6 +9,7 @@ mtime and size) but whose code differs never runs, and what runs is what was has
 from __future__ import annotations
 
 import hashlib
+import linecache
 import sys
 import types
 from pathlib import Path
@@ -57,6 +58,11 @@ def import_verified(path: Path, expected_sha256: str | None = None) -> types.Mod
         raise ModelSourceError(f"importing model file {path} failed: {type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
     _EXECUTED[str(path.resolve())] = digest
+    try:  # tracebacks and inspect.getsource show the executed text, not a later edit
+        lines = data.decode("utf-8").splitlines(True)
+        linecache.cache[str(path)] = (len(data), None, lines, str(path))
+    except UnicodeDecodeError:  # a coding cookie: linecache reads the file itself
+        pass
     return module
 
 
