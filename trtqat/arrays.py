@@ -36,6 +36,15 @@ def is_array_spec(spec: str | os.PathLike) -> bool:
     return path.suffix.lower() in ARRAY_SUFFIXES
 
 
+def reason_of(exc: BaseException) -> str:
+    """numpy's reason in one line; never its advice to allow pickles."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "allow_pickle" in first or "pickle" in type(exc).__name__.lower():
+        return ("it holds pickled Python objects, which trtqat does not load: save a numeric "
+                "array (np.save(PATH, array.astype(np.float32)))")
+    return first
+
+
 def load_array(spec: str | os.PathLike, *, ndim: int | None = None,
                what: str = "array") -> np.ndarray:
     """The array in ``spec`` (``.npy``, ``.npz`` first array, or ``.npz:name``).
@@ -51,8 +60,7 @@ def load_array(spec: str | os.PathLike, *, ndim: int | None = None,
     try:
         loaded = np.load(path, allow_pickle=False)
     except Exception as exc:  # truncated, not numpy, pickled objects
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ArrayFileError(f"cannot read {path}: {first}") from None
+        raise ArrayFileError(f"cannot read {path}: {reason_of(exc)}") from None
     if isinstance(loaded, np.lib.npyio.NpzFile):
         with loaded:
             keys = list(loaded.files)
@@ -65,7 +73,7 @@ def load_array(spec: str | os.PathLike, *, ndim: int | None = None,
                 array = loaded[name or keys[0]]
             except Exception as exc:
                 raise ArrayFileError(f"cannot read array {name or keys[0]!r} of {path}: "
-                                     f"{str(exc).splitlines()[0]}") from None
+                                     f"{reason_of(exc)}") from None
     else:
         if name is not None:
             raise ArrayFileError(f"{path} is a .npy file: it has no named arrays (drop :{name})")

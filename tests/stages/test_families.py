@@ -67,6 +67,7 @@ def checkpoints(tmp_path) -> dict[str, Path]:
 def test_cli_routes_by_model_name_folder_or_file(routed, tmp_path, capsys):
     folder = tmp_path / "my-bert"
     folder.mkdir()
+    (folder / "config.json").write_text("{}")  # a Hugging Face folder
     out = ["--out", str(tmp_path / "out")]
     cases = [(["--model", "minilm"], "encoder"),
              (["--model", str(folder)], "encoder"),
@@ -91,7 +92,9 @@ def test_cli_routes_by_checkpoint(routed, checkpoints, tmp_path):
 
 def test_families_resolve_without_the_cli(checkpoints, tmp_path):
     assert families.of_model("minilm").name == "encoder"
-    assert families.of_model(str(tmp_path)).name == "encoder"  # a folder: Hugging Face
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert families.of_model(str(tmp_path / "hf")).name == "encoder"  # Hugging Face folder
     assert families.of_model("mobilenet_v2").name == "cnn"
     assert families.of_model("models/net.py:make").name == "cnn"
     family, ckpt = families.of_source(str(checkpoints["encoder-ptq"]))

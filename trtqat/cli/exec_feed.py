@@ -69,7 +69,9 @@ def load_calib_inputs(path: str, onnx_path: str | None = None) -> tuple[dict, ..
             with data:
                 arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise OptionsError(f"--calibInputs: cannot read {path} ({exc}); save arrays with "
+        from trtqat.arrays import reason_of
+
+        raise OptionsError(f"--calibInputs: cannot read {path} ({reason_of(exc)}); save arrays with "
                            "numpy.savez(path, input_name=array)") from None
     if not arrays or len({len(a) if a.ndim else -1 for a in arrays.values()}) != 1 or any(
             a.ndim == 0 or len(a) == 0 for a in arrays.values()):

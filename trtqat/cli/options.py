@@ -95,8 +95,10 @@ def add_out(g: Group, default: str | None, help: str = "run folder: args.yaml, m
 
 
 def add_model(g: Group, default: str | None = None, help: str = "the model") -> None:
-    """``--model/-m``: a model name, folder or ``file.py:factory`` (its family decides)."""
+    """``--model/-m``: a model name, folder or ``file.py:factory`` (its family decides), and
+    ``--trust-model-file`` (an Ultralytics ``.pt`` is a pickle: it runs code when loaded)."""
     g.add_argument("--model", "-m", default=default, help=help)
+    add_trust_model_file(g)
 
 
 def add_checkpoint(g: Group, required: bool = False, help: str = "checkpoint (a .pt of a "
@@ -108,12 +110,15 @@ def add_checkpoint(g: Group, required: bool = False, help: str = "checkpoint (a 
 
 
 def add_trust_model_file(g: Group) -> None:
-    """``--trust-model-file``: import a checkpoint's recorded model file even if it changed."""
+    """``--trust-model-file``: import a checkpoint's recorded model file even if it changed,
+    and load an Ultralytics ``.pt`` (a pickle). Added once per command."""
+    if "--trust-model-file" in g._option_string_actions:  # --checkpoint and --model both add it
+        return
     g.add_argument("--trust-model-file", action="store_true",
-                   help="a checkpoint of a model from a file (--model FILE.py:FACTORY) "
-                   "imports that file again; if it changed since (its SHA-256 differs) trtqat "
-                   "refuses, as the file would run code you have not checked: pass this to "
-                   "import it anyway")
+                   help="run code from model files you have reviewed: a checkpoint of a model "
+                   "from a file (--model FILE.py:FACTORY) imports that file again, refused if "
+                   "it changed since (its SHA-256 differs); an Ultralytics --model FILE.pt is "
+                   "a pickle, which runs code when loaded, refused unless this is given")
 
 
 def add_onnx(g: Group, required: bool = False, help: str = "the ONNX model") -> None:

@@ -71,7 +71,9 @@ def _read_array(name: str, path: Path) -> np.ndarray | None:
             raise OptionsError(f"--loadInputs: {path} holds {', '.join(data.files)}, none named "
                                f"'{name}'; save it with numpy.savez(path, {name}=array)")
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise OptionsError(f"--loadInputs: cannot read {path} as {suffix} ({exc}); save it "
+        from trtqat.arrays import reason_of
+
+        raise OptionsError(f"--loadInputs: cannot read {path} as {suffix} ({reason_of(exc)}); save it "
                            f"with numpy.{'save' if suffix == '.npy' else 'savez'}") from None
 
 

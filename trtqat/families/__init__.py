@@ -49,12 +49,22 @@ def all_families() -> list[ModelFamily]:
     return [get(key) for key in names()]
 
 
+class UnknownModelError(TrtqatError, ValueError):
+    """``--model`` is a path that no family builds a model from."""
+
+
 def of_model(model: str) -> ModelFamily:
-    """The family of ``--model MODEL`` (the first that claims it; CNN is the fallback)."""
+    """The family of ``--model MODEL``: the first that claims it (CNN takes every other
+    name). A path none claims is :class:`UnknownModelError`, one line listing what each
+    family takes."""
     for family in all_families():
         if family.claims_model(model):
             return family
-    return get("cnn")
+    from trtqat.families.model_paths import unclaimed_reason
+
+    forms = "; ".join(f.summary for f in all_families())
+    raise UnknownModelError(f"--model {model[:300]}: {unclaimed_reason(model)}; --model takes "
+                            f"{forms}")
 
 
 def of_checkpoint(ckpt: dict[str, Any]) -> ModelFamily:
@@ -122,7 +132,6 @@ def of_onnx(model: Any) -> ModelFamily:
 _checkpoint.register_spec_keys(lambda ckpt: of_checkpoint(ckpt).spec_keys)
 
 __all__ = ["FAMILY_KEY", "EngineHints", "ExportInputs", "ModelFamily", "StageData",
-           "StageResult", "UnknownFamilyError", "UnsupportedStageError", "all_families",
-           "build_from_checkpoint", "get", "names", "of_checkpoint", "of_model", "of_module",
-           "of_onnx",
-           "of_source", "summarized"]
+           "StageResult", "UnknownFamilyError", "UnknownModelError", "UnsupportedStageError",
+           "all_families", "build_from_checkpoint", "get", "names", "of_checkpoint",
+           "of_model", "of_module", "of_onnx", "of_source", "summarized"]

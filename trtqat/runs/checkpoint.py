@@ -21,6 +21,7 @@ FP32 run, and ``calib`` (ptq/qat) {"method", "percentile", "num_batches", "batch
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -96,6 +97,12 @@ def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a trtqat checkpoint (tensors and plain types only: ``weights_only=True``)."""
     path = Path(path)
+    try:
+        path.stat()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        if exc.errno != errno.ENOENT:
+            raise CheckpointError(f"checkpoint {str(path)[:120]}: {exc.strerror or exc}; "
+                                  "check the path") from None
     if path.is_dir():
         for name in ("best.pt", "last.pt"):
             if (path / name).is_file():
@@ -110,10 +117,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated file, not a torch file, unpickling refused
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        # torch's own text may advise weights_only=False, which must never be used on a file
+        # torch's own text advises an unpickling load, which must never be used on a file
         # of unknown origin: say what the file is instead
-        detail = "" if "weights_only" in str(exc) else f" ({first[:120]})"
+        from trtqat.runs.pickled import reason
+
+        why = reason(exc)
+        detail = "" if why.startswith("it ") else f" ({why[:120]})"
         raise CheckpointError(f"cannot read checkpoint {path}: it is not a file of tensors and "
                               "plain types (corrupt, truncated, or it holds Python objects, "
                               f"which trtqat never unpickles){detail}; pass a .pt written by "

@@ -91,7 +91,7 @@ def test_weights_file_errors(model_file, tmp_path):
     with pytest.raises(TrtqatError, match="cannot read weights .*junk.pt"):
         ms.load_weights(model, f"{model_file}:make", str(tmp_path / "junk.pt"))
     torch.save(make_float(model_file), tmp_path / "pickled.pt")
-    with pytest.raises(TrtqatError, match="pickled model: save model.state_dict"):
+    with pytest.raises(TrtqatError, match="pickled.pt: it holds pickled Python objects, which trtqat does not load .*: save a plain state_dict"):
         ms.load_weights(model, f"{model_file}:make", str(tmp_path / "pickled.pt"))
 
 

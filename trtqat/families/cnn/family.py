@@ -32,8 +32,13 @@ class CNNFamily(ModelFamily):
     summary = "image classifiers: torchvision or timm names, or path/to/file.py:factory"
 
     def claims_model(self, model: str) -> bool:
-        """Every model no earlier family claims."""
-        return True
+        """Every model name no earlier family claims, and ``path/to/file.py:factory``; not
+        another path (``families.of_model`` then lists what ``--model`` takes)."""
+        from trtqat.families.cnn.model_source import FILE_SOURCE
+        from trtqat.families.model_paths import is_path_like
+
+        return (not is_path_like(model) or model.startswith("timm:")
+                or FILE_SOURCE.match(model) is not None or model.endswith(".py"))
 
     def claims_module(self, model: nn.Module) -> bool:
         """Every in-memory model no earlier family claims."""
@@ -47,10 +52,11 @@ class CNNFamily(ModelFamily):
 
     # ---- models: every stage builds, loads and quantizes through these ------------------
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
-        """A float model from a torchvision/timm name or ``file.py:factory``."""
+        """A float model from a torchvision/timm name or ``file.py:factory`` (option
+        ``expected_sha256``: the model file's recorded digest, when rebuilding a checkpoint)."""
         from trtqat.families.cnn.model_source import build
 
-        return build(model, num_classes)
+        return build(model, num_classes, expected_sha256=options.get("expected_sha256"))
 
     def arch(self, model: str) -> str:
         """The short, file-name-safe name a checkpoint records for ``--model``."""
@@ -67,12 +73,14 @@ class CNNFamily(ModelFamily):
     def load(self, ckpt: dict[str, Any], quantized: bool | None = None) -> nn.Module:
         """The model of a checkpoint, with its weights: ``self.build``, then ``self.quantize``
         when quantized (``quantized=True`` on an FP32 checkpoint: the start of PTQ)."""
-        from trtqat.families.cnn.model_source import source_of
+        from trtqat.families.cnn.model_source import recorded_sha256, source_of
 
         spec = ckpt["model"]
         quantized = bool(spec.get("quantized")) if quantized is None else quantized
-        return restore(self, self.build(source_of(spec), int(spec["num_classes"])), ckpt,
-                       quantized)
+        source = source_of(spec)
+        expected = recorded_sha256(source, spec.get("source") or {})
+        return restore(self, self.build(source, int(spec["num_classes"]),
+                                        expected_sha256=expected), ckpt, quantized)
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
                  placement: str | None = None) -> nn.Module:

@@ -14,11 +14,9 @@ with :func:`trtqat.quant.model_ops.quantize`.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import logging
 import re
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -26,7 +24,13 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from trtqat.errors import TrtqatError
+from trtqat.families.cnn.model_file import (
+    ModelSourceError,
+    executed_sha256,
+    import_verified,
+    module_name,
+)
+from trtqat.families.model_paths import probe
 from trtqat.outputs import select
 
 log = logging.getLogger(__name__)
@@ -36,10 +40,6 @@ STATE_KEYS = ("state_dict", "model_state_dict", "model", "state_dict_ema", "mode
               "module", "net", "weights")
 SHOWN_KEYS = 3
 _QUANTIZER_KEY = re.compile(r"(^|\.)\w*_quantizers?(_\d+)?\.")  # a quantizer's buffer
-
-
-class ModelSourceError(TrtqatError, ValueError):
-    """A model source or weights file cannot be used (missing, wrong kind, keys differ)."""
 
 
 # --------------------------------------------------------------------------- sources
@@ -98,21 +98,13 @@ def _timm(required: bool = True):
     return timm
 
 
-def _load_factory(source: str):
+def _load_factory(source: str, expected_sha256: str | None = None):
     m = FILE_SOURCE.match(source)
     path, factory = Path(m["file"]), m["factory"]
-    if not path.is_file():
+    if probe(path) != "file":
         raise ModelSourceError(f"--model {source}: model file {path} does not exist")
-    name = f"trtqat_user_model_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: report it, do not crash
-        sys.modules.pop(name, None)
-        raise ModelSourceError(f"importing model file {path} failed: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    module = import_verified(path, expected_sha256)  # its bytes, never a .pyc
+    name = module_name(path)
     fn = getattr(module, factory, None)
     if not callable(fn):
         found = [k for k, v in vars(module).items()
@@ -130,8 +122,8 @@ def _accepts_num_classes(fn) -> bool:
     return "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def _build_file(source: str, num_classes: int | None) -> nn.Module:
-    fn, path = _load_factory(source)
+def _build_file(source: str, num_classes: int | None, expected_sha256: str | None) -> nn.Module:
+    fn, path = _load_factory(source, expected_sha256)
     kwargs = {"num_classes": num_classes} if num_classes and _accepts_num_classes(fn) else {}
     try:
         model = fn(**kwargs)
@@ -145,11 +137,14 @@ def _build_file(source: str, num_classes: int | None) -> nn.Module:
     return model
 
 
-def build(source: str, num_classes: int | None = None, quantized: bool = False) -> nn.Module:
+def build(source: str, num_classes: int | None = None, quantized: bool = False,
+          expected_sha256: str | None = None) -> nn.Module:
     """The model ``source`` names, randomly initialised, float or fake-quantized.
 
     ``num_classes=None`` keeps the model's own head (1000 for torchvision/timm, whatever a
     factory builds); a factory gets ``num_classes=`` only if it takes that argument.
+    ``expected_sha256``: a model file's recorded digest (:func:`recorded_sha256`); the bytes
+    that would be executed are refused when they differ.
     """
     from trtqat.families.cnn.models import QUANT_DESC_INPUT, build_model
 
@@ -160,7 +155,7 @@ def build(source: str, num_classes: int | None = None, quantized: bool = False) 
         kwargs = {"num_classes": num_classes} if num_classes else {}
         model = _timm().create_model(source.removeprefix("timm:"), pretrained=False, **kwargs)
     else:
-        model = _build_file(source, num_classes)
+        model = _build_file(source, num_classes, expected_sha256)
     if quantized:
         from trtqat.quant.model_ops import QuantConfig, quantize
 
@@ -196,7 +191,7 @@ def _cached_file(weight) -> Path:
 def resolve_weights(source: str, weights: str) -> Path:
     """The file behind ``--weights``: a path, or a cached torchvision named weight."""
     path = Path(weights)
-    if path.is_file():
+    if probe(path) == "file":
         return path
     if kind_of(source) == "torchvision" and "/" not in weights and \
             path.suffix.lower() not in (".pt", ".pth", ".bin", ".ckpt", ".tar"):
@@ -215,11 +210,10 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        hint = (" (it holds a pickled model: save model.state_dict() instead)"
-                if "weights_only" in str(exc) or "Unsupported global" in str(exc) else "")
-        raise ModelSourceError(f"cannot read weights {path}: {first[:200]}{hint}") from None
+    except Exception as exc:  # torch's text advises an unsafe load: never relayed
+        from trtqat.runs.pickled import reason
+
+        raise ModelSourceError(f"cannot read weights {path}: {reason(exc)}") from None
     for _ in range(3):  # nested checkpoints: {"model": {"state_dict": ...}}
         if not isinstance(obj, dict) or all(isinstance(v, torch.Tensor) for v in obj.values()):
             break
@@ -304,13 +298,14 @@ def load_weights(model: nn.Module, source: str, weights: str, new_head: bool = F
 
 # --------------------------------------------------------------------------- records
 def describe(source: str) -> dict[str, Any]:
-    """``{"model", "kind"[, "file", "file_sha256"]}``: enough to rebuild the model."""
+    """``{"model", "kind"[, "file", "file_sha256"]}``: enough to rebuild the model (the
+    digest of the bytes that were executed, when the file was imported already)."""
     kind = kind_of(source)
     info: dict[str, Any] = {"model": source, "kind": kind}
     if kind == "file":
         path = Path(FILE_SOURCE.match(source)["file"]).resolve()
         info.update(model=f"{path}:{FILE_SOURCE.match(source)['factory']}", file=str(path),
-                    file_sha256=sha256(path))
+                    file_sha256=executed_sha256(path) or sha256(path))
     return info
 
 
@@ -324,23 +319,27 @@ def source_of(spec: dict[str, Any]) -> str:
     rec = spec.get("source") or {}
     # a torchvision arch is its own source; timm and file sources have a short arch
     source = rec.get("model") if rec.get("kind") in ("file", "timm") else spec["arch"]
-    match = FILE_SOURCE.match(str(source))
-    if match is not None:
-        _check_model_file(Path(match["file"]), rec)
+    recorded_sha256(str(source), rec)
     return str(source)
 
 
-def _check_model_file(path: Path, rec: dict[str, Any]) -> None:
+def recorded_sha256(source: str, rec: dict[str, Any]) -> str | None:
+    """The SHA-256 a model file source must have to be imported from a checkpoint's record
+    ``rec`` (None: not a file source, or ``--trust-model-file``); pass it to :func:`build`.
+    :class:`ModelSourceError` when the record names another file or no digest."""
     from trtqat.runopts import model_files_trusted
 
-    if model_files_trusted() or not path.is_file():  # a missing file is refused when built
-        return
+    match = FILE_SOURCE.match(source)
+    if match is None or model_files_trusted():
+        return None
+    path = Path(match["file"])
     recorded = rec.get("file_sha256")
+    if probe(path) != "file":  # refused when built ("" matches no file, should one appear)
+        return recorded if isinstance(recorded, str) else ""
     same_file = bool(rec.get("file")) and Path(str(rec["file"])).resolve() == path.resolve()
-    if same_file and isinstance(recorded, str) and sha256(path) == recorded:
-        return
-    why = ("changed since the checkpoint was written (its SHA-256 differs)" if same_file
-           and recorded else "is not recorded with its SHA-256 in the checkpoint")
+    if same_file and isinstance(recorded, str):
+        return recorded  # compared with the very bytes that are executed
+    why = "is not recorded with its SHA-256 in the checkpoint"
     raise ModelSourceError(f"the checkpoint builds its model by importing {path}, which {why}: "
                            "importing it would run code you have not checked; restore the "
                            "file, or review it and pass --trust-model-file")

@@ -42,8 +42,11 @@ def kind_of(model: str) -> str | None:
         return "builtin"
     if model.startswith(PREFIX):
         return "file"
+    from trtqat.families.detect.ultralytics_files import is_ultralytics_pt, is_ultralytics_yaml
+
     suffix = Path(model).suffix.lower()
-    if suffix in (".yaml", ".yml") or (suffix == ".pt" and Path(model).expanduser().is_file()):
+    if (suffix in (".yaml", ".yml") and is_ultralytics_yaml(model)) or (
+            suffix == ".pt" and is_ultralytics_pt(model)):
         return "ultralytics"
     return None
 
@@ -82,7 +85,8 @@ def build(model: str, num_classes: int | None, spec_source: dict[str, Any] | Non
     holds an Ultralytics model's yaml, so a rebuild needs neither file, and the built-in
     detector's widths and activation: the earlier ones where a checkpoint does not record
     them)."""
-    kind = kind_of(model)
+    # a checkpoint's record says what it is (its .pt or .yaml need not be there any more)
+    kind = (spec_source or {}).get("kind") or kind_of(model)
     if kind == "builtin":
         from trtqat.families.detect import yolo
 
@@ -91,8 +95,11 @@ def build(model: str, num_classes: int | None, spec_source: dict[str, Any] | Non
         return yolo.yolo_digits(num_classes or 10, *_builtin_shape(spec_source))
     if kind == "file":
         from trtqat.families.cnn.model_source import build as build_file
+        from trtqat.families.cnn.model_source import recorded_sha256
 
-        return build_file(model.removeprefix(PREFIX), num_classes)
+        file = model.removeprefix(PREFIX)  # from a checkpoint: only the file it recorded
+        expected = None if spec_source is None else recorded_sha256(file, spec_source)
+        return build_file(file, num_classes, expected_sha256=expected)
     if kind == "ultralytics":
         from trtqat.families.detect.ultralytics import build_yolo
 

@@ -81,6 +81,8 @@ def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None
                ) -> nn.Module:
     """An Ultralytics detector from a ``.yaml``, a ``.pt`` or a checkpoint's recorded yaml
     (``yaml``), with ``num_classes`` classes (default: the model's own)."""
+    if yaml is None and Path(source).suffix.lower() == ".pt":
+        check_trusted(source)  # before anything imports or unpickles it
     tasks = _ultralytics()
     if yaml is not None:
         cfg = copy.deepcopy(yaml)
@@ -104,6 +106,18 @@ def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None
         raise UltralyticsModelError(f"--model {source}: no such Ultralytics model yaml (a "
                                     "file, or a bundled name such as yolov8n.yaml)") from None
     return _ready(net)
+
+
+def check_trusted(source: str) -> None:
+    """Refuse an Ultralytics ``.pt`` unless ``--trust-model-file``: Ultralytics unpickles it,
+    and unpickling runs whatever code the file carries."""
+    from trtqat.runopts import model_files_trusted
+
+    if not model_files_trusted():
+        raise UltralyticsModelError(
+            f"--model {source}: an Ultralytics .pt is a pickle, and loading it runs any code "
+            "it carries; pass --trust-model-file if you trust where the file came from (Python: "
+            "with trtqat.runopts.trusting_model_files(): ...), or start from its model .yaml")
 
 
 def yaml_of(model: nn.Module) -> dict[str, Any] | None:

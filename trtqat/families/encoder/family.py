@@ -31,12 +31,14 @@ class EncoderFamily(ModelFamily):
     summary = "sentence encoders: 'minilm' or a Hugging Face BERT-family folder"
 
     def claims_model(self, model: str) -> bool:
-        """``minilm`` or a folder (a Hugging Face model); never a ``file.py:factory``."""
+        """``minilm`` or a Hugging Face model folder (one holding ``config.json``)."""
         from trtqat.families.encoder.minilm import MINILM
+        from trtqat.families.model_paths import probe
 
-        if not model or ".py" in model:
-            return False
-        return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
+        if model == MINILM:
+            return True
+        return bool(model) and probe(model) == "dir" and probe(
+            Path(model).expanduser() / "config.json") == "file"
 
     def claims_module(self, model: nn.Module) -> bool:
         """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`."""
