@@ -7,7 +7,7 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
 from trtqat.engines.registry import default_backend
-from trtqat.stages.demo_models import DEMO_MODELS
+from trtqat.stages.demo_models import DEMO_MODELS, DEMO_RUNS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  "30 for Vision Transformers)")
     p.add_argument("--calib-batches", type=V.positive_int, default=8,
                    help="batches per PTQ calibration")
-    p.add_argument("--runs", default="runs/demo", type=V.writable_dir,
+    p.add_argument("--runs", default=DEMO_RUNS, type=V.writable_dir,
                    help="folder of the training run folders (one sub-folder per model)")
     O.add_export_dir(p, "where the ONNX variants go")
     O.add_out(p, "engines", "where engines and the report go", metavar=None)
