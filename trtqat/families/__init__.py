@@ -49,6 +49,24 @@ def all_families() -> list[ModelFamily]:
     return [get(key) for key in names()]
 
 
+def calibration_defaults() -> list[tuple[str, str]]:
+    """``(family summary, its default --method)`` of every family that calibrates, as its
+    ``recipe("calibrate", ...)`` states it (what ``trtqat calibrate``'s help shows)."""
+    import types
+
+    blank = types.SimpleNamespace(method=None, batch_size=None, max_length=None, model=None,
+                                  image_size=None, percentile=None)
+    out = []
+    for family in all_families():
+        try:
+            method = family.recipe("calibrate", blank).get("method")
+        except UnsupportedStageError:
+            continue
+        if method:
+            out.append((family.summary.split(":")[0], str(method)))
+    return out
+
+
 def of_model(model: str) -> ModelFamily:
     """The family of ``--model MODEL`` (the first that claims it; CNN is the fallback)."""
     for family in all_families():
