@@ -6,41 +6,21 @@ that no longer exists, or a help example that went stale, fails here."""
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
-from pathlib import Path
 
 import pytest
+from readme_lib import README, code_blocks, command_lines
 
 from trtqat.cli import build_parser
 from trtqat.cli import main as trtqat_main
 from trtqat.cli.exec_cmd import main as exec_main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 MAINS = {"trtqat": trtqat_main, "trtqat-exec": exec_main}
-
-
-def command_lines(text: str) -> list[str]:
-    """The ``trtqat``/``trtqat-exec`` lines of ``text`` (continuations joined, comments and
-    a leading ``$ `` removed)."""
-    lines, current = [], ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.endswith("\\"):
-            current += line[:-1] + " "
-            continue
-        line = (current + line).strip()
-        current = ""
-        line = re.sub(r"\s+#.*$", "", line).removeprefix("$ ").strip()
-        if line.split(" ", 1)[0] in MAINS:
-            lines.append(line)
-    return lines
 
 
 def readme_commands() -> list[str]:
     """Every command line in README.md's fenced code blocks."""
-    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", README.read_text(), re.DOTALL | re.MULTILINE)
-    return [line for block in blocks for line in command_lines(block)]
+    return [line for _, block in code_blocks() for line in command_lines(block)]
 
 
 def help_examples() -> list[str]:
@@ -100,3 +80,14 @@ def test_model_and_method_help_name_every_family(capsys):
     train = " ".join(capsys.readouterr().out.split())
     assert "yolo_digits" in train and "trtqat train --model yolo_digits" in train
     assert "sentence encoders" not in train  # encoders are not trained here
+
+
+def test_the_install_list_names_every_extra():
+    import tomllib
+
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    section = README.read_text().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    missing = [e for e in extras if e != "dev" and f"pip install 'trtqat[{e}]'" not in section]
+    assert not missing, f"README's install list omits the extras {missing}"
+    assert "pip install '.[ort]'" in section  # what a clone needs
