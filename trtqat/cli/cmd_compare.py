@@ -15,8 +15,8 @@ DESCRIPTION = (
     "is missing, then measures each engine's top-1/top-5 on the validation split and its median "
     "latency and throughput with trtexec's measurement model. Writes report.md, report.json and "
     "report.png into --out (default: engines/<name of the run folder>, where `trtqat demo` puts "
-    "that model's engines and report, which are then reused). A variant that fails is reported with its error; the others still "
-    "run. Sentence encoders (runs of `trtqat calibrate --model minilm`, or encoder ONNX files) "
+    "that model's engines and report, which are then reused). A variant that fails is "
+    "reported with its error; the others still run. Sentence encoders (runs of `trtqat calibrate --model minilm`, or encoder ONNX files) "
     "are scored by embedding fidelity on the corpus' held-out sentences instead: mean cosine and "
     "Spearman vs the FP32 PyTorch model; their latency/throughput use sentences padded to "
     "--max-length tokens.")
