@@ -88,7 +88,19 @@ def test_a_failing_variant_is_reported_and_the_others_run(report):
     assert failed[0]["error"] and report["partial"] is True and report["failed"] == ["wrong-size"]
 
 
-def test_bad_input(tmp_path, run_root):
+@pytest.fixture(params=["clean", "after-demo"])
+def cwd_state(request, tmp_path) -> str:
+    """The working directory (tmp_path, tests/conftest.py) as a fresh clone has it, or as
+    ``make demo`` leaves it: engines/report.json and report.md present (here of no
+    comparison, the worst case); the errors below must not depend on it."""
+    if request.param == "after-demo":
+        (tmp_path / "engines").mkdir()
+        (tmp_path / "engines" / "report.json").write_text('{"models": []}')
+        (tmp_path / "engines" / "report.md").write_text("# not a comparison\n")
+    return request.param
+
+
+def test_bad_input(tmp_path, run_root, cwd_state):
     with pytest.raises(CompareError, match="no checkpoints"):
         compare(CompareConfig(run=str(tmp_path), out=str(tmp_path / "e")), echo=lambda _: None)
     with pytest.raises(CompareError, match="does not exist"):
@@ -102,12 +114,39 @@ def test_bad_input(tmp_path, run_root):
     assert not (tmp_path / "e" / "report.json").exists()
 
 
-def test_cli_one_line_error(tmp_path, capsys):
+def test_cli_one_line_error(tmp_path, capsys, cwd_state):
     from trtqat.cli import main
 
     assert main(["compare", "--run", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoints" in err[0]
+
+
+@pytest.mark.slow
+def test_bare_compare_after_the_demo(run_root, tmp_path, capsys):
+    """`trtqat compare` with no option, in a folder where the demo ran: it compares the
+    demo's model and writes beside the demo's engines, keeping the demo's own report."""
+    import shutil
+
+    from trtqat.cli import main
+    from trtqat.stages.compare.report import VariantResult, build_report
+    from trtqat.stages.compare.result import CompareReport
+    from trtqat.stages.demo_report import DemoSection, write_demo_report
+
+    shutil.copytree(run_root, tmp_path / "runs" / "demo" / "resnet18")
+    doc = build_report([VariantResult("fp32", "fp32", metrics={"top1": 90.0})], backend="ort",
+                       providers=[], batch_sizes=[1], metric="top1", dataset={}, settings={})
+    write_demo_report([DemoSection("resnet18", "resnet18", CompareReport(doc, []))], "engines")
+    write_demo_report([DemoSection("resnet18", "resnet18", CompareReport(doc, []))],
+                      "engines/resnet18")  # even a demo report there is replaced
+    demo_json = (tmp_path / "engines" / "report.json").read_text()
+    assert main(["compare", "--variants", "fp32", "--batch-sizes", "1", "--duration", "0.05",
+                 "--warmup", "0", "--threads", "1"]) == 0
+    again = json.loads((tmp_path / "engines" / "resnet18" / "report.json").read_text())
+    assert again["settings"]["run"] == str(Path("runs/demo/resnet18"))
+    assert again["variants"][0]["status"] == "ok"
+    assert (tmp_path / "engines" / "report.json").read_text() == demo_json
+    capsys.readouterr()
 
 
 def test_feed_is_real_validation_images(run_root):

@@ -135,8 +135,8 @@ def test_unknown_flag_is_one_line_exit_2(capsys) -> None:
         main(["--onnx=m.onnx", "--noSuchFlag"])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["trtqat-exec: error: unrecognized arguments: --noSuchFlag (see trtqat-exec "
-                   "--help)"]
+    assert err == ["trtqat-exec: error: unrecognized arguments: --noSuchFlag (see "
+                   "'trtqat-exec --help')"]
 
 
 def test_console_script_process(tmp_path, dynamic_onnx) -> None:

@@ -30,18 +30,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("calibration")
     O.add_checkpoint(g, help="FP32 checkpoint (a .pt from `trtqat train`, or its run folder); "
                      "required for CNNs, optional for encoders (--model)")
-    g.add_argument("--method", choices=methods(),
-                   default=None, help="how amax is computed from the activation histograms "
-                   "(default: entropy for CNNs, mse for encoders)")
+    g.add_argument("--method", choices=methods(), default=None,
+                   help=O.method_help("how amax is computed from the activation histograms"))
     g.add_argument("--percentile", type=finite_float(gt=0, le=100, unit="percent"),
                    default=99.99, help="percentile kept by --method percentile")
     g.add_argument("--num-batches", type=positive_int, default=16,
-                   help="calibration batches per process")
+                   help="calibration batches per process (`trtqat demo --calib-batches` "
+                   "defaults to 8: it calibrates every model with 5 calibrators)")
     O.add_skip_layers(g)
-    O.add_model(g, help="CNN without --checkpoint: the float model to start from "
-                "(torchvision or timm name, or path/to/file.py:factory); with --checkpoint: "
-                "the expected architecture; encoder: 'minilm' or a Hugging Face BERT-family "
-                "folder")
+    O.add_model(g, help=O.families_help(
+        "without --checkpoint: the float model to start from; with --checkpoint: the "
+        "expected architecture; of any family"))
     O.add_weights(g)
     O.add_num_classes(g, "with --model: output classes (default: the model's own)")
     g = p.add_argument_group("encoders (--model minilm|FOLDER; --data builtin|FILE.txt, "

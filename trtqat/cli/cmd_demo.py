@@ -7,7 +7,7 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
 from trtqat.engines.registry import default_backend
-from trtqat.stages.demo_models import DEMO_MODELS
+from trtqat.stages.demo_models import DEMO_MODELS, DEMO_RUNS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     O.add_epochs(p, None, "FP32 training epochs (default: the family's recipe, 15 for CNNs, "
                  "30 for Vision Transformers)")
     p.add_argument("--calib-batches", type=V.positive_int, default=8,
-                   help="batches per PTQ calibration")
-    p.add_argument("--runs", default="runs/demo", type=V.writable_dir,
+                   help="batches per PTQ calibration (fewer than `trtqat calibrate "
+                   "--num-batches`'s 16: the demo calibrates each model 5 times)")
+    p.add_argument("--runs", default=DEMO_RUNS, type=V.writable_dir,
                    help="folder of the training run folders (one sub-folder per model)")
     O.add_export_dir(p, "where the ONNX variants go")
     O.add_out(p, "engines", "where engines and the report go", metavar=None)

@@ -7,21 +7,23 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli.validate import finite_float
 
-SUMMARY = "FP32 training of a torchvision classification model"
-DESCRIPTION = ("Train a torchvision classification model in FP32 with SGD and a "
-               "per-iteration cosine schedule. Writes RUN_DIR/{args.yaml,metrics.jsonl,last.pt,"
-               "best.pt}.")
-EPILOG = ("example:\n  trtqat train --model resnet18 --data digits --image-size 32 "
-          "--epochs 15 --out runs/fp32\n\n" + O.EPILOG_DIST.format(cmd="train"))
+SUMMARY = "FP32 training of an image classifier or a detector"
+DESCRIPTION = ("Train an image classifier (torchvision, timm, trtqat's small ViTs, your "
+               "file.py:factory) or an object detector (yolo_digits, Ultralytics YOLO) in FP32 "
+               "with the model family's recipe (CNNs: SGD with a per-iteration cosine "
+               "schedule). Writes RUN_DIR/{args.yaml,metrics.jsonl,last.pt,best.pt}.")
+EPILOG = ("examples:\n  trtqat train --model resnet18 --data digits --image-size 32 "
+          "--epochs 15 --out runs/fp32\n  trtqat train --model yolo_digits --out runs/det/fp32"
+          "\n\n" + O.EPILOG_DIST.format(cmd="train"))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``trtqat train`` to the command line."""
     p = O.command(subparsers, "train", SUMMARY, DESCRIPTION, EPILOG)
     g = p.add_argument_group("model")
-    O.add_model(g, "resnet18", "torchvision classification model name (resnet18, "
-                "mobilenet_v2, vit_b_16, ...), trtqat's small ViTs (vit, vit_tiny), a timm name "
-                "(resnet50.a1_in1k; needs timm), or path/to/file.py:factory")
+    O.add_model(g, "resnet18", O.families_help(
+        "the model to train (timm names need trtqat[timm]), of any family that trains",
+        ("classification", "detection")))
     O.add_num_classes(g, "output classes (default: the data set's)")
     O.add_weights(g)
     O.add_data_args(p, recipe_batch=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 from trtqat.cli.validate import OneLineParser
@@ -33,6 +34,19 @@ def _shown_default(default: Any) -> str | None:
     return None if default is argparse.SUPPRESS else str(default)
 
 
+class LazyHelp(str):
+    """A help text completed only when ``--help`` is printed: ``complete()`` returns the
+    full text (e.g. read from the family registry, whose import takes seconds, so building
+    the parser stays fast); until then the text itself is shown."""
+
+    complete: Callable[[], str]
+
+    def __new__(cls, text: str, complete: Callable[[], str]) -> LazyHelp:
+        obj = super().__new__(cls, text)
+        obj.complete = complete
+        return obj
+
+
 class SubcommandParser(OneLineParser):
     """A one-line-error parser whose help never shows Python reprs such as ``(default: ())``."""
 
@@ -41,6 +55,8 @@ class SubcommandParser(OneLineParser):
         original = formatter._get_help_string
 
         def help_string(action: argparse.Action) -> str:
+            if isinstance(action.help, LazyHelp):
+                action.help = action.help.complete()
             text = original(action)
             plain = action.help or ""
             if text == plain or "%(default)" in plain:

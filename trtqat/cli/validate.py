@@ -18,7 +18,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from trtqat.errors import TrtqatError
 
@@ -45,9 +45,26 @@ class OneLineParser(argparse.ArgumentParser):
             self._bad_value = isinstance(exc.__context__, BadValue)
             raise
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        """argparse's, except that an unknown option after a subcommand is reported by that
+        subcommand (``see 'trtqat train --help'``), not by the top-level command."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._subcommand_parser(ns).error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
+
+    def _subcommand_parser(self, ns: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the subcommand ``ns`` ran (``self`` when there is none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(ns, action.dest, None) or "")
+                if sub is not None:
+                    return sub._subcommand_parser(ns) if isinstance(sub, OneLineParser) else sub
+        return self
+
     def error(self, message: str) -> NoReturn:
         self.exit(1 if self._bad_value else 2,
-                  f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+                  f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def _fail(expected: str, text: str) -> NoReturn:

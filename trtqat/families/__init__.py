@@ -53,6 +53,24 @@ class UnknownModelError(TrtqatError, ValueError):
     """``--model`` is a path that no family builds a model from."""
 
 
+def calibration_defaults() -> list[tuple[str, str]]:
+    """``(family summary, its default --method)`` of every family that calibrates, as its
+    ``recipe("calibrate", ...)`` states it (what ``trtqat calibrate``'s help shows)."""
+    import types
+
+    blank = types.SimpleNamespace(method=None, batch_size=None, max_length=None, model=None,
+                                  image_size=None, percentile=None)
+    out = []
+    for family in all_families():
+        try:
+            method = family.recipe("calibrate", blank).get("method")
+        except UnsupportedStageError:
+            continue
+        if method:
+            out.append((family.summary.split(":")[0], str(method)))
+    return out
+
+
 def of_model(model: str) -> ModelFamily:
     """The family of ``--model MODEL``: the first that claims it (CNN takes every other
     name). A path none claims is :class:`UnknownModelError`, one line listing what each

@@ -28,7 +28,7 @@ from trtqat.engines.registry import DEFAULT_BACKEND
 from trtqat.errors import TrtqatError
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.run import CompareConfig, compare
-from trtqat.stages.demo_models import DEMO_MODELS  # noqa: F401  (re-exported)
+from trtqat.stages.demo_models import DEMO_MODELS, DEMO_RUNS  # noqa: F401  (re-exported)
 from trtqat.stages.demo_report import DemoReport, DemoSection, write_demo_report
 
 # (method, percentile) of every PTQ baseline
@@ -46,7 +46,7 @@ class DemoConfig:
     epochs: int | None = None  # None: the family's FP32 recipe (15 for CNNs, 30 for ViTs)
     calib_batches: int = 8
     qat_epochs: int | None = None
-    runs: str = "runs/demo"
+    runs: str = DEMO_RUNS
     export_dir: str = "export"
     out: str = "engines"
     backend: str = DEFAULT_BACKEND

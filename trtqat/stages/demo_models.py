@@ -6,3 +6,5 @@ in the report on request.
 """
 
 DEMO_MODELS: tuple[str, ...] = ("resnet18",)
+
+from trtqat.stages.compare import DEMO_RUNS  # noqa: F401,E402  (the demo's run folders)

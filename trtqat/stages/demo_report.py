@@ -17,7 +17,7 @@ from typing import Any
 from trtqat.atomic import write_atomic, write_json
 from trtqat.families.types import MappingView
 from trtqat.stages.compare.plot import plot_reports
-from trtqat.stages.compare.report import table_rows
+from trtqat.stages.compare.report import REPORT_MARKER, table_rows
 from trtqat.stages.compare.result import CompareReport
 from trtqat.tables import markdown_table, text_table
 
@@ -153,6 +153,7 @@ def write_demo_report(sections: list[DemoSection], out_dir: str | Path) -> DemoR
     """Write report.md, report.json and report.png of ``sections`` into ``out_dir``."""
     out = Path(out_dir)
     document = {
+        REPORT_MARKER: "demo",
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "models": [{"model": s.model, "folder": s.folder, "summary": summary(s.report.document),
                     "pytorch_top1": s.pytorch_top1, "wall_s": s.wall_s,

@@ -122,3 +122,37 @@ def test_train_a_grayscale_file_model_from_weights_and_export_it(user, tmp_path,
     assert main(["export", "--checkpoint", str(run), "--variant", "fp32", "--dynamic",
                  "depth", "--out", str(tmp_path / "y")]) == 1
     assert "unknown axis 'depth'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_readmes_own_chain_runs_as_written(tmp_path, capsys):
+    """README "Your own model", its own lines in its order, in an empty folder: my_net.py,
+    make_stand_ins.py (my_net.pt, calib/, my_images/), then every command of the chain."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from readme_lib import README, code_blocks, command_lines, file_name, section
+
+    text = section("Your own model")
+    files = {file_name(code): code for _, code in code_blocks(text, "python") if file_name(code)}
+    assert set(files) == {"my_net.py", "make_stand_ins.py"}
+    [chain] = [block for _, block in code_blocks(text, "") if "my_net.py:make" in block]
+    commands = command_lines(chain)
+    assert [c.split()[:2] for c in commands][:3] == [
+        ["trtqat", "calibrate"], ["trtqat", "qat"], ["trtqat", "export"]]
+    for name, code in files.items():
+        (tmp_path / name).write_text(code)
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(README.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "make_stand_ins.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mains = {"trtqat": main, "trtqat-exec": exec_main}
+    for line in commands:
+        words = shlex.split(line)
+        assert mains[words[0]](words[1:]) == 0, line
+    assert (tmp_path / "engines" / "my_net.engine").is_file()
+    out = capsys.readouterr().out
+    assert "Throughput" in out or "qps" in out

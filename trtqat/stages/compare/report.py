@@ -15,6 +15,8 @@ from trtqat.stages.compare.plot import ENCODER_METRIC, plot_report  # noqa: F401
 from trtqat.tables import markdown_table, text_table
 
 UNSTABLE_SPREAD = 0.10  # a timing figure whose spread exceeds this is flagged
+# the key (and kind) of every report.json trtqat writes: compare and demo replace each other's
+REPORT_MARKER = "trtqat_report"
 
 
 @dataclass
@@ -113,6 +115,7 @@ def build_report(results: list[VariantResult], *, backend: str, providers: list[
                 for what, key in (("latency", "latency_spread"), ("throughput", "throughput_spread"))
                 for b, sp in (v.get(key) or {}).items() if sp > UNSTABLE_SPREAD]
     return {
+        REPORT_MARKER: "compare",
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "backend": backend,
@@ -217,17 +220,25 @@ def format_markdown(report: dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
+def is_report_json(path: Path) -> bool:
+    """A report.json that trtqat wrote: a comparison's or the demo's (both carry
+    :data:`REPORT_MARKER`; earlier ones are recognised by their keys)."""
+    from trtqat.atomic import json_with_keys
+
+    return any(json_with_keys(*keys)(path) for keys in (
+        (REPORT_MARKER,), ("variants", "backend", "metric"), ("models", "generated")))
+
+
 def refuse_foreign_reports(out_dir: str | os.PathLike) -> None:
     """Refuse (before any work) an ``out_dir`` whose report.json/md/png are not earlier
-    compare reports: they would be overwritten."""
-    from trtqat.atomic import PNG, json_with_keys, refuse_foreign, starts_with
+    trtqat reports (of ``compare`` or ``demo``): they would be overwritten."""
+    from trtqat.atomic import PNG, refuse_foreign, starts_with
 
     out = Path(out_dir)
-    refuse_foreign(out / "report.json", json_with_keys("variants", "backend", "metric"),
-                   "an earlier compare report", "--out")
-    refuse_foreign(out / "report.md", starts_with(b"# trtqat comparison"),
-                   "an earlier compare report", "--out")
-    refuse_foreign(out / "report.png", PNG, "an earlier compare chart", "--out")
+    refuse_foreign(out / "report.json", is_report_json, "an earlier trtqat report", "--out")
+    refuse_foreign(out / "report.md", starts_with(b"# trtqat comparison", b"# trtqat demo"),
+                   "an earlier trtqat report", "--out")
+    refuse_foreign(out / "report.png", PNG, "an earlier trtqat chart", "--out")
 
 
 def write_report(report: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:

@@ -25,7 +25,15 @@ from trtqat.stages.compare.report import (
 )
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.timing import ROUNDS, Timed, time_interleaved
-from trtqat.stages.compare.variants import CompareError, Variant, discover, explicit
+from trtqat.stages.compare.variants import (
+    DEMO_RUNS,
+    CompareError,
+    Variant,
+    default_run,
+    discover,
+    explicit,
+    resolve_run,
+)
 from trtqat.variants import artifact_name
 
 log = logging.getLogger(__name__)
@@ -40,7 +48,7 @@ class CompareConfig:
     backend: str = DEFAULT_BACKEND
     batch_sizes: tuple[int, ...] = (1, 32)
     export_dir: str = "export"
-    out: str = "engines"
+    out: str | None = None  # None: engines/<run folder name>, or engines/ for --onnx only
     data: str | None = None
     image_size: int | tuple[int, int] | None = None
     duration_s: float = 3.0
@@ -57,7 +65,10 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         if not self.run and not self.onnx:
-            raise CompareError("give a run folder (--run) or ONNX files (--onnx)")
+            self.run = default_run()
+        if not self.run and not self.onnx:
+            raise CompareError(f"give a run folder (--run) or ONNX files (--onnx); there is no "
+                               f"{DEMO_RUNS} here to default to (`trtqat demo` writes it)")
         self.batch_sizes = tuple(sorted(set(int(b) for b in self.batch_sizes)))
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise CompareError(f"--batch-sizes must be positive integers, got {self.batch_sizes}")
@@ -271,6 +282,10 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
 
     backend = canonical_backend(cfg.backend)
     _require_backend(backend)
+    if cfg.run:
+        cfg.run = str(resolve_run(cfg.run))
+    if cfg.out is None:
+        cfg.out = default_out(cfg.run)
     refuse_foreign_reports(cfg.out)
     cfg.backend = backend
     if cfg.run:
@@ -336,6 +351,12 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
     for flag in report["unstable"]:
         echo(f"UNSTABLE: {flag}")
     return CompareReport(report, results, dict(paths))
+
+
+def default_out(run: str | None) -> str:
+    """``--out`` when not given: ``engines/<run folder name>`` (where ``trtqat demo`` puts
+    that model's engines and report, so they are reused), ``engines`` for ONNX files only."""
+    return str(Path("engines") / Path(run).resolve().name) if run else "engines"
 
 
 def _require_backend(backend: str) -> None:

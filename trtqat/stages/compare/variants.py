@@ -7,9 +7,37 @@ from pathlib import Path
 from typing import Any
 
 from trtqat.families.types import CompareError, Variant
+from trtqat.stages.compare import DEMO_RUNS
 from trtqat.variants import arch_label, ptq_tag, stage_tag
 
 log = logging.getLogger(__name__)
+
+
+def default_run() -> str | None:
+    """``compare`` without ``--run`` or ``--onnx``: the demo's run folder when it exists."""
+    return DEMO_RUNS if Path(DEMO_RUNS).is_dir() else None
+
+
+def resolve_run(run_dir: str | Path) -> Path:
+    """The folder whose checkpoints a comparison reads: ``run_dir`` itself, or its only model
+    sub-folder when it holds one model's runs a level down (``trtqat demo`` writes
+    ``runs/demo/<model>/{fp32,ptq-*,qat}``). Several models there: one line naming them."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise CompareError(f"run folder {root} does not exist: run `trtqat demo` or pass the "
+                           "folder that holds your fp32/ptq/qat runs")
+    if (root / "best.pt").is_file() or any(p.is_file() for p in root.glob("*/best.pt")):
+        return root
+    models = sorted({p.parent.parent.name for p in root.glob("*/*/best.pt") if p.is_file()})
+    if len(models) == 1:
+        log.info("%s holds the runs of one model: comparing %s", root, root / models[0])
+        return root / models[0]
+    if models:
+        raise CompareError(f"{root} holds the runs of {len(models)} models "
+                           f"({', '.join(models)}); one report compares one model: pick one, "
+                           f"e.g. --run {root / models[0]}")
+    return root
+
 
 def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
     """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8-fp16)."""
