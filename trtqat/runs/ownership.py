@@ -117,7 +117,7 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def _is_trtqat_onnx(path: Path) -> bool:
-    try:
+    try:  # the check of trtqat.export.result.is_trtqat_onnx (runs may not import export)
         import onnx
 
         return onnx.load(str(path), load_external_data=False).producer_name == "trtqat"
