@@ -116,3 +116,22 @@ def test_out_dot_is_a_run_folder_like_any_other(tmp_path, monkeypatch):
     first = _run(Path("."))
     second = _run(Path("."), seed=2)
     assert second["last.pt"] != first["last.pt"] and not aside_path(Path(".")).exists()
+
+
+def test_an_older_versions_interrupted_overwrite_is_restored_only_where_nothing_is_lost(
+        tmp_path, caplog):
+    from trtqat.runs.run_lock import legacy_aside_path
+
+    out = tmp_path / "run"
+    old = _run(out)
+    os.replace(out, legacy_aside_path(out))  # what an older trtqat's killed --overwrite left
+    out.mkdir()
+    RunGuard(out, resume=True, overwrite=False).close()
+    assert _files(out) == old and not legacy_aside_path(out).exists()
+    os.replace(out, legacy_aside_path(out))
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")  # in the way: the old folder is left, and said so
+    with pytest.raises(RunDirError, match="notes.txt"):
+        RunGuard(out, resume=False, overwrite=True)
+    assert _files(legacy_aside_path(out)) == old and _files(out) == {"notes.txt": b"mine"}
+    assert "move back what you need" in caplog.text
