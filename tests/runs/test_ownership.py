@@ -103,10 +103,17 @@ def test_failure_clean_up_removes_only_what_the_command_wrote(tmp_path):
     (out / "notes.txt").unlink()
     (out / "tb" / "events.mine").unlink()
     (out / "tb").rmdir()
+    (out / MANIFEST).unlink()
+    out.rmdir()
     run = RunDir(out, tensorboard=False)
     run.start({"out": str(out), "seed": 0}, resume=False)
     run.discard()
-    assert not out.exists()  # nothing else was there: no folder left behind
+    assert not out.exists()  # the folder it made is gone; the one the user made stays:
+    out.mkdir()
+    run = RunDir(out, tensorboard=False)
+    run.start({"out": str(out), "seed": 0}, resume=False)
+    run.discard()
+    assert out.is_dir() and not list(out.iterdir())
 
 
 def test_out_dot_is_a_run_folder_like_any_other(tmp_path, monkeypatch):

@@ -82,6 +82,7 @@ class RunDir:
         self._want_tb = tensorboard
         self._wrote: list[str] = []  # names this run wrote (discard removes only these)
         self._tb_before: set[str] = set()
+        self._made_folder = False
 
     def file(self, name: str) -> Path:
         """The path of ``name`` inside the run folder."""
@@ -91,6 +92,7 @@ class RunDir:
         """Create the folder and write ``args.yaml``; a fresh run starts an empty metrics file."""
         if not self.enabled:
             return
+        self._made_folder = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         names = [ARGS, METRICS, *CHECKPOINTS, *([TB] if self._want_tb else [])]
         claim(self.path, names)  # listed before written: a kill leaves nothing unowned
@@ -152,7 +154,8 @@ class RunDir:
     def discard(self) -> None:
         """Remove what :meth:`start` and the stage wrote (args, metrics, checkpoints, the
         TensorBoard files this run made), and the folder if that leaves it empty: a stage
-        that fails to write its checkpoint leaves no run behind. Nothing else is touched."""
+        that fails to write its checkpoint leaves no run behind. Nothing else is touched (a
+        folder that existed before stays)."""
         if not self.enabled:
             return
         self.close()
@@ -165,7 +168,8 @@ class RunDir:
         left = {n for n in read_manifest(self.path) if (self.path / n).exists()}
         try:
             write_manifest(self.path, left)
-            self.path.rmdir()
+            if self._made_folder:
+                self.path.rmdir()
         except OSError:
             pass  # other files: the folder stays
 
