@@ -29,7 +29,12 @@ from trtqat.errors import TrtqatError
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.run import CompareConfig, compare
 from trtqat.stages.demo_models import DEMO_MODELS  # noqa: F401  (re-exported)
-from trtqat.stages.demo_report import DemoReport, DemoSection, write_demo_report
+from trtqat.stages.demo_report import (
+    DemoReport,
+    DemoSection,
+    refuse_foreign_demo_reports,
+    write_demo_report,
+)
 
 # (method, percentile) of every PTQ baseline
 CALIBRATORS: tuple[tuple[str, float | None], ...] = (
@@ -128,6 +133,7 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport
     if len(set(folders)) < len(folders):
         raise TrtqatError(f"--model {','.join(cfg.models)} names one model twice")
     pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
+    refuse_foreign_demo_reports(cfg.out)  # not after an hour of training
     t_start = time.perf_counter()
     sections = []
     with _torch_threads(cfg.threads):

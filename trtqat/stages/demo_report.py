@@ -149,6 +149,19 @@ def format_markdown(sections: list[DemoSection], document: dict[str, Any]) -> st
     return "\n".join(md)
 
 
+def refuse_foreign_demo_reports(out_dir: str | Path) -> None:
+    """Before the demo runs: ``report.{json,md,png}`` in ``out_dir`` are absent or earlier
+    demo reports (:class:`~trtqat.atomic.ForeignFileError`): trtqat replaces only its own."""
+    from trtqat.atomic import PNG, json_with_keys, refuse_foreign, starts_with
+
+    out = Path(out_dir)
+    refuse_foreign(out / "report.json", json_with_keys("generated", "models"),
+                   "an earlier demo report (report.json)", "--out")
+    refuse_foreign(out / "report.md", starts_with(b"# trtqat demo"),
+                   "an earlier demo report (report.md)", "--out")
+    refuse_foreign(out / "report.png", PNG, "an earlier demo chart", "--out")
+
+
 def write_demo_report(sections: list[DemoSection], out_dir: str | Path) -> DemoReport:
     """Write report.md, report.json and report.png of ``sections`` into ``out_dir``."""
     out = Path(out_dir)
