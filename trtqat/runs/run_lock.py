@@ -183,7 +183,12 @@ def _recover_legacy(folder: Path) -> None:
 def _move_aside(folder: Path) -> Path:
     """Move the old run's files (trtqat's only: checked before) into :func:`aside_path`."""
     old = aside_path(folder)
-    old.mkdir()
+    try:
+        old.mkdir()
+    except FileExistsError:
+        raise RunDirError(f"{old} still holds files of an earlier run that could not be put "
+                          "back: move back what you need and delete it, then run again"
+                          ) from None
     for name in entries(folder)[0]:
         os.replace(folder / name, old / name)
     if (folder / MANIFEST).is_file():
