@@ -217,19 +217,20 @@ class RunGuard:
     def __init__(self, out: str | os.PathLike, resume: bool, overwrite: bool,
                  enabled: bool = True, inputs: Iterable[tuple[str, object]] = ()) -> None:
         self.path = Path(out)
-        if overwrite:
-            _check_inputs_outside(self.path, inputs)
+        inputs = list(inputs) if overwrite else []  # checked after the folder's own files
         self._lock: RunLock | None = None
         self._aside: Path | None = None
         if not enabled:
             check_out_dir(self.path, resume, overwrite)
+            _check_inputs_outside(self.path, inputs)
             return
         if self.path.exists() and not self.path.is_dir():
             check_out_dir(self.path, resume, overwrite)  # one clear line
         self._lock = RunLock(self.path).acquire()
         try:
             _recover(self.path)
-            check_out_dir(self.path, resume, overwrite)
+            check_out_dir(self.path, resume, overwrite)  # the user's files: one line
+            _check_inputs_outside(self.path, inputs)  # an input among trtqat's files
             if self.path.is_dir():
                 remove_stale_temps(self.path, all_dead=True)
             if overwrite and _holds_checkpoint(self.path):
