@@ -40,8 +40,9 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike[s
     Before the file is written, atomically: onnx.checker, ONNX Runtime against PyTorch on the
     example and on ``validation_data`` (batches, ``(inputs, labels)`` pairs or dicts) with
     the family's check (top-1 agreement for classifiers, cosine for embeddings) and, for
-    INT8, the TensorRT Q/DQ lint. A failed check raises
-    :class:`~trtqat.export.ValidationError` (its ``result`` holds every check) and keeps
+    INT8, the TensorRT Q/DQ lint. An existing ``path`` is replaced only when it is an ONNX
+    model trtqat exported (else :class:`~trtqat.out_paths.OutputPathError`). A failed check
+    raises :class:`~trtqat.export.ValidationError` (its ``result`` holds every check) and keeps
     no file; bad input raises :class:`~trtqat.export.ExportError`.
 
     Returns the :class:`~trtqat.export.ExportResult`: ``path``, ``variant``, ``opset``,
@@ -55,8 +56,10 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike[s
     from trtqat import families
     from trtqat.export.onnx_export import ExportPlan
     from trtqat.export.onnx_export import export_onnx as export_file
+    from trtqat.export.result import refuse_foreign_onnx
     from trtqat.variants import canonical
 
+    refuse_foreign_onnx(path)  # before any work: trtqat replaces only its own exports
     family = families.of_module(model)
     plan = example_inputs if isinstance(example_inputs, ExportPlan) else family.module_plan(
         model, example_inputs, dynamic_batch=dynamic_batch, dynamic_axes=dynamic_axes,

@@ -1,9 +1,11 @@
 """Atomic file writes: a temporary file beside the target, renamed only once complete.
 
 Temporary files are named ``.NAME.PID-RANDOM.tmp`` (NAME: the target's file name, PID: the
-writing process). A write killed half-way leaves one behind; the next write to the same
-target removes those whose process is gone (:func:`remove_stale_temps`), and a run folder
-removes all of its own when it is opened under its lock. Finished files get the mode a plain
+writing process, RANDOM: mkstemp's 8 characters). A write killed half-way leaves one behind;
+the next write to the same target removes those whose process is gone
+(:func:`remove_stale_temps`), and a run folder removes all of its own when it is opened under
+its lock. Only names of exactly that pattern are ever removed: ``.mydata.backup.tmp`` is the
+user's. Finished files get the mode a plain
 ``open()`` would give them (the umask's), not mkstemp's 0600.
 """
 
@@ -15,7 +17,6 @@ import logging
 import os
 import re
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -45,11 +46,13 @@ def write_failed(target: str | os.PathLike[str], exc: OSError, done: str = "noth
     err.errno = exc.errno
     return err
 
-# .NAME.PID-RANDOM.tmp (ours), or .NAME.RANDOM.tmp (mkstemp names of older trtqat versions)
-_TEMP = re.compile(r"^\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?(?P<rand>[A-Za-z0-9_]+)\.tmp$")
-# Temp files without a PID count as stale once they are this old (no live writer is that slow
-# to touch its file).
-LEGACY_STALE_S = 3600.0
+# .NAME.PID-RANDOM.tmp, RANDOM being mkstemp's 8 characters: exactly the names temp_path makes
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)-(?P<rand>[a-z0-9_]{8})\.tmp$")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is exactly the name of a temporary file of :func:`temp_path`."""
+    return _TEMP.match(name) is not None
 
 
 def default_mode() -> int:
@@ -74,23 +77,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 def is_stale_temp(path: Path, name: str | None = None, *, all_dead: bool = False) -> bool:
-    """Whether ``path`` is a temporary file of ours (for target ``name``, if given) whose
-    writer is gone: its PID is not alive, or it has no PID and is old. ``all_dead``: every
-    writer is known to be gone (a run folder opened under its lock), except this process."""
+    """Whether ``path`` is a temporary file of ours (for target ``name``, if given: its name
+    matches :func:`temp_path`'s pattern exactly) whose writer is gone (its PID is not alive).
+    ``all_dead``: every writer is known to be gone (a run folder opened under its lock),
+    except this process."""
     match = _TEMP.match(path.name)
     if match is None or (name is not None and match["name"] != name):
         return False
-    pid = match["pid"]
-    if pid is not None:
-        if int(pid) == os.getpid():
-            return False
-        return all_dead or not _pid_alive(int(pid))
-    if all_dead:
-        return True
-    try:
-        return time.time() - path.stat().st_mtime > LEGACY_STALE_S
-    except OSError:
+    pid = int(match["pid"])
+    if pid == os.getpid():
         return False
+    return all_dead or not _pid_alive(pid)
 
 
 def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None, *,

@@ -6,9 +6,14 @@ import json
 
 import pytest
 
+from trtqat.errors import TrtqatError
 from trtqat.stages.compare.report import VariantResult, build_report
 from trtqat.stages.compare.result import CompareReport
-from trtqat.stages.demo_report import DemoSection, summary, write_demo_report
+from trtqat.stages.demo_report import (
+    DemoSection,
+    summary,
+    write_demo_report,
+)
 
 
 def _doc(fp32: float, ptq: dict[str, float], qat: float, fp32_ms: float, int8_ms: float,
@@ -67,6 +72,13 @@ def test_report_has_a_line_and_a_section_per_model(tmp_path):
     assert set(demo.reports) == {"resnet18", "mobilenet_v2"}
     assert demo["models"][0]["wall_s"] == 120.0
     assert "mobilenet_v2" in demo.glance.splitlines()[-1]
+    # its own reports (and compare's) are replaced by the next demo, nothing else is
+    from trtqat.stages.compare.report import refuse_foreign_reports
+
+    refuse_foreign_reports(tmp_path)
+    (tmp_path / "report.md").write_text("# my notes\n")
+    with pytest.raises(TrtqatError, match="report.md exists and is not an earlier trtqat report"):
+        refuse_foreign_reports(tmp_path)
 
 
 def test_demo_refuses_an_unknown_model_before_any_model_trains(tmp_path):

@@ -83,6 +83,28 @@ def test_two_outputs_may_not_share_a_file(capsys, dynamic_onnx, tmp_path):
     assert not engine.exists() and not same.exists()
 
 
+def test_outputs_and_inputs_are_compared_after_resolving_the_path(capsys, dynamic_onnx,
+                                                                tmp_path):
+    """``..``, ``.`` and symbolic links name one file: no output replaces another, or the
+    input, through a path written differently."""
+    w = tmp_path / "w"
+    (w / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(w)
+    cases = [
+        ([f"--saveEngine={w}/e.engine", f"--exportTimes={w}/sub/../e.engine"],
+         "is also --saveEngine"),
+        ([f"--saveEngine={w}/e.engine", f"--exportTimes={tmp_path}/link/e.engine.json"],
+         "is also the sidecar of --saveEngine"),
+        ([f"--exportTimes={w}/t.json", f"--exportOutput={w}/./sub/../t.json"],
+         "is also --exportTimes"),
+        ([f"--saveEngine={w}/../{dynamic_onnx.name}"], "is also the input --onnx"),  # tmp_path
+    ]
+    for argv, needle in cases:
+        rc, _, err = _run(capsys, f"--onnx={dynamic_onnx}", *argv, *FAST)
+        assert rc == 1 and len(err) == 1 and needle in err[0], (argv, err)
+    assert sorted(p.name for p in w.rglob("*")) == ["sub"]
+
+
 def test_save_engine_refuses_a_foreign_file_where_its_sidecar_goes(capsys, dynamic_onnx,
                                                                     tmp_path):
     report = _foreign(tmp_path, "report.json")  # compare's report.json

@@ -90,20 +90,23 @@ def test_build_never_destroys_its_input_or_a_foreign_file(conv_onnx, tmp_path, c
 
 
 def test_only_our_stale_temp_files_are_removed(tmp_path):
+    """Only names of exactly temp_path's pattern (.NAME.PID-8CHARS.tmp) whose writer is gone;
+    the user's look-alikes (.mydata.backup.tmp, old mkstemp-style names) always survive."""
     dead, live = 2**22 + 12345, os.getpid()  # above Linux's pid_max: never a live process
-    names = [f".m.onnx.{dead}-abc.tmp", f".m.onnx.{live}-abc.tmp", ".m.onnx.old.tmp",
-             ".m.onnx.new.tmp", ".other.onnx.1-x.tmp", "m.onnx.tmp", ".m.onnx.x.partial"]
+    names = [f".m.onnx.{dead}-abc_1234.tmp", f".m.onnx.{live}-abc_1234.tmp", ".m.onnx.old.tmp",
+             ".m.onnx.new.tmp", f".m.onnx.{dead}-abc.tmp", f".other.onnx.{dead}-x1234567.tmp",
+             "m.onnx.tmp", ".m.onnx.x.partial", ".mydata.backup.tmp"]
     for name in names:
         (tmp_path / name).write_text("x")
     hour_ago = time.time() - 7200
     os.utime(tmp_path / ".m.onnx.old.tmp", (hour_ago, hour_ago))
     write_atomic(tmp_path / "m.onnx", lambda f: f.write(b"onnx"))
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted(set(names) - {f".m.onnx.{dead}-abc.tmp", ".m.onnx.old.tmp"}
-                          | {"m.onnx"})
+    assert left == sorted(set(names) - {f".m.onnx.{dead}-abc_1234.tmp"} | {"m.onnx"})
     # a run folder opened under its lock: every temp file of ours is stale, but our own
     removed = remove_stale_temps(tmp_path, all_dead=True)
-    assert sorted(p.name for p in removed) == [".m.onnx.new.tmp", ".other.onnx.1-x.tmp"]
+    assert sorted(p.name for p in removed) == [f".other.onnx.{dead}-x1234567.tmp"]
+    assert (tmp_path / ".mydata.backup.tmp").read_text() == "x"
 
 
 def test_json_is_written_whole_or_not_at_all(tmp_path):

@@ -1,5 +1,6 @@
 """Run folders: one writer at a time, --overwrite that keeps the old run until the new one
-has a checkpoint, SIGKILL during a checkpoint write, then rerun and --resume."""
+has a checkpoint and never touches the user's files, SIGKILL during a checkpoint write, then
+rerun and --resume."""
 
 from __future__ import annotations
 
@@ -69,17 +70,38 @@ def test_overwrite_that_fails_before_its_first_checkpoint_keeps_the_old_run(tmp_
 
 
 def test_a_killed_overwrite_is_undone_by_the_next_command(tmp_path, capsys, tiny):
+    from trtqat.runs.ownership import MANIFEST, claim
+
     out = tmp_path / "run"
     old = _finished_run(capsys, out)
     # what a SIGKILL between the move and the first checkpoint leaves
-    os.replace(out, aside_path(out))
-    out.mkdir()
+    aside_path(out).mkdir()
+    for path in list(out.iterdir()):
+        if path != aside_path(out):
+            os.replace(path, aside_path(out) / path.name)
+    claim(out, ["args.yaml"])
     (out / "args.yaml").write_text("half: a new run\n")
     rc, err = run_cli(capsys, train_argv(out, "--resume"))  # the old run, restored, is done
     assert rc == 0, err
-    assert not aside_path(out).exists()
+    assert not aside_path(out).exists() and (out / MANIFEST).is_file()
     for name in ("last.pt", "best.pt"):  # args.yaml now records resume: true
         assert (out / name).read_bytes() == old[name], name
+
+
+def test_user_files_in_out_are_refused_and_kept_overwrite_included(tmp_path, capsys, tiny):
+    out = tmp_path / "p1"
+    old = _finished_run(capsys, out)
+    (out / "notes.txt").write_text("mine")
+    (out / "net.py").write_text("def make(): ...\n")
+    for extra in ((), ("--overwrite",), ("--overwrite", "--model", f"{out}/net.py:make")):
+        rc, err = run_cli(capsys, train_argv(out, *extra))
+        one_error_line(rc, err, "not trtqat's (net.py, notes.txt)")
+        assert _files_now(out) == old | {"notes.txt": b"mine",
+                                         "net.py": b"def make(): ...\n"}
+
+
+def _files_now(out):
+    return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
 
 
 def test_sigkill_during_a_checkpoint_write_then_resume(tmp_path, capsys, tiny):

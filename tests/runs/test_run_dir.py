@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from trtqat.runs.ownership import claim
 from trtqat.runs.run_dir import RunDir, RunDirError, check_out_dir, read_metrics
 
 
@@ -27,6 +28,9 @@ def test_out_dir_guards(tmp_path):
         check_out_dir(tmp_path / "file", resume=False, overwrite=False)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "last.pt").write_bytes(b"")
+    with pytest.raises(RunDirError, match=r"holds files that are not trtqat's \(last.pt\)"):
+        check_out_dir(tmp_path / "run", resume=False, overwrite=True)  # not provably ours
+    claim(tmp_path / "run", ["last.pt"])  # listed in the manifest: trtqat wrote it
     with pytest.raises(RunDirError, match="already holds a run"):
         check_out_dir(tmp_path / "run", resume=False, overwrite=False)
     assert check_out_dir(tmp_path / "run", resume=False, overwrite=True) == tmp_path / "run"

@@ -306,7 +306,9 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
                        help="continue the run in --out from its last.pt (same options)")
         g.add_argument("--stop-after", type=positive_int, default=None, metavar="EPOCHS",
                        help="stop after this epoch, as if interrupted (continue with --resume)")
-    g.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace the trtqat run already in --out (only trtqat's files; the old "
+                   "run is kept until the new one has a checkpoint)")
     add_device(g)
     add_limit_batches(g)
     add_no_progress(g)

@@ -20,11 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from trtqat.errors import TrtqatError
-
-
-class OutputPathError(TrtqatError, ValueError):
-    """An output path would destroy an input or a file that is not ours."""
+from trtqat.out_paths import OutputPathError  # noqa: F401  (raised by the checks below)
 
 
 class BadValue(argparse.ArgumentTypeError):
@@ -216,60 +212,12 @@ def existing_dir(text: str) -> str:
     return text
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def check_output_file(out: str | os.PathLike, flag: str, inputs: Iterable[tuple[str, object]],
                       is_ours: Callable[[Path], bool], kind: str, choose: str = "") -> None:
-    """Refuse an output ``out`` that is one of the ``(flag, path)`` inputs, or an existing
-    file that ``is_ours`` does not recognise as an earlier output of the same kind
-    (``choose``: the flag the message asks to change, default ``flag``)."""
-    path = Path(out)
-    choose = choose or flag
-    for in_flag, value in inputs:
-        if value and (_same_file(path, Path(str(value)))
-                      or path.absolute() == Path(str(value)).absolute()):
-            raise OutputPathError(f"{flag} {path} is also the input {in_flag}: writing it "
-                                  f"would destroy the input; choose another {choose}")
-    if path.exists() and not path.is_file():
-        raise OutputPathError(f"{flag} {path} exists and is not a file; choose another "
-                              f"{choose}")
-    if path.is_file() and not is_ours(path):
-        raise OutputPathError(f"{flag} {path} exists and is not {kind}: trtqat does not "
-                              "overwrite other files; delete it or choose another "
-                              f"{choose}")
+    """See :func:`trtqat.out_paths.check_output_file` (paths compared after resolving)."""
+    from trtqat.out_paths import check_output_file as check
 
-
-def is_sidecar_file(path: Path) -> bool:
-    """A trtqat engine sidecar (``<engine>.json`` with trtqat's format marker)."""
-    import json
-
-    from trtqat.engines.fileformat import SIDECAR_FORMAT
-
-    try:
-        if path.stat().st_size > 16 << 20:
-            return False
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("format") == SIDECAR_FORMAT
-
-
-def is_engine_file(path: Path) -> bool:
-    """An earlier engine artifact: a trtqat engine file, a TensorRT plan ('ftrt' magic), or
-    a file with a trtqat sidecar (``<engine>.json``) beside it."""
-    from trtqat.engines.fileformat import MAGIC, sidecar_path
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(MAGIC))
-    except OSError:
-        return False
-    return head.startswith(MAGIC) or head[:4] == b"ftrt" or is_sidecar_file(sidecar_path(path))
+    check(out, flag, inputs, is_ours, kind, choose)
 
 
 # the report each flag writes (trtqat.engines.trtexec_io.report_kind) and its name in messages
@@ -287,22 +235,14 @@ def _is_report(kind: str) -> Callable[[Path], bool]:
     return check
 
 
-def _claim(seen: dict[Path, str], flag: str, path: Path) -> None:
-    """Refuse two outputs of one command that are the same file."""
-    key = path.absolute()
-    if key in seen:
-        raise OutputPathError(f"{flag} {path} is also {seen[key]}: each output needs its own "
-                              "file; choose another path")
-    seen[key] = f"{flag}"
-
-
 def check_engine_outputs(args: argparse.Namespace, outputs: Iterable[tuple[str, str]]) -> None:
     """Refuse engine outputs (``(flag, attribute)``) that are an input of the command, the
     same file as another output, or an existing file that is not an earlier output of the
     same kind, recognised by its content: an engine (with a trtqat sidecar beside it, whose
     own path must be free or a trtqat sidecar too), or the trtexec report the flag writes
     (``--exportTimes``, ``--exportOutput``, ``--exportProfile``, ``--exportLayerInfo``)."""
-    from trtqat.engines.fileformat import sidecar_path
+    from trtqat.engines.out_check import check_engine_output
+    from trtqat.out_paths import Claims
 
     inputs = [(f"--{name}", getattr(args, name, None))
               for name in ("onnx", "loadEngine", "calibInputs", "timingCacheFile")]
@@ -310,19 +250,14 @@ def check_engine_outputs(args: argparse.Namespace, outputs: Iterable[tuple[str, 
     if cache:  # read and then rewritten by TensorRT: it may be no other input
         check_output_file(cache, "--timingCacheFile", inputs[:3], lambda _: True,
                           "a timing cache")
-    seen: dict[Path, str] = {}
+    claims = Claims()
     for flag, attr in outputs:
         value = getattr(args, attr, None)
         if not value:
             continue
-        path = Path(value)
-        _claim(seen, flag, path)
         if attr in REPORTS:
+            claims.claim(flag, value)
             check_output_file(value, flag, inputs, _is_report(REPORTS[attr]),
                               f"an earlier {flag} file ({REPORTS[attr]} JSON)")
             continue
-        check_output_file(value, flag, inputs, is_engine_file, "an engine file")
-        side = sidecar_path(path)
-        _claim(seen, f"the sidecar of {flag}", side)
-        check_output_file(side, f"the sidecar of {flag}", inputs, is_sidecar_file,
-                          "a trtqat engine sidecar", choose=flag)
+        check_engine_output(value, flag, inputs, claims)

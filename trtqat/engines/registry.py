@@ -232,9 +232,16 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
                                      out="m.engine")
         engine = trtqat.build_engine("m.onnx", "tensorrt", shapes="input:8x3x224x224")
 
-    Raises the :mod:`trtqat.engines.errors` the command line reports.
+    Raises the :mod:`trtqat.engines.errors` the command line reports, and
+    :class:`~trtqat.out_paths.OutputPathError` for an ``out`` that is the input ONNX file or
+    an existing file that is not an earlier engine (trtqat replaces only its own files).
     """
     from trtqat.engines.specs import parse_shapes
+
+    if out is not None:  # before the build: nothing is spent on a refused path
+        from trtqat.engines.out_check import check_engine_output
+
+        check_engine_output(out, "out", [("onnx_path", onnx_path)], choose="out path")
 
     for key in ("shapes", "min_shapes", "opt_shapes", "max_shapes"):
         if isinstance(option_kwargs.get(key), str):

@@ -41,7 +41,7 @@ from trtqat.export.inputs import as_inputs, named_inputs, validation_inputs
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset, lowest_working_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
-from trtqat.export.result import ExportResult, check_writable, write_checked
+from trtqat.export.result import ExportResult, check_writable, refuse_foreign_onnx, write_checked
 from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.outputs import flatten
 from trtqat.quant.model_ops import disable_layers, quantizers
@@ -295,6 +295,7 @@ class Exporter:
         ``metadata`` is added to the file's (next to ``trtqat.variant``, ...)."""
         check_args(variant, opset)
         path = Path(path)
+        refuse_foreign_onnx(path)  # trtqat replaces only its own exports
         check_writable(path.parent)
         int8 = variant_row(variant).int8
         opset = target_opset(variant, opset)

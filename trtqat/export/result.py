@@ -94,13 +94,21 @@ def write_checked(model: onnx.ModelProto, result: ExportResult,
         Path(tmp).unlink(missing_ok=True)
     return result
 
-def is_onnx_model(path: Path) -> bool:
-    """``path`` parses as an ONNX model with graph nodes (an earlier export to replace)."""
+def is_trtqat_onnx(path: Path) -> bool:
+    """``path`` is an ONNX model trtqat exported (producer ``trtqat``): one it may replace."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:  # any parse failure: not an ONNX model
         return False
-    return model.ir_version > 0 and len(model.graph.node) > 0
+    return model.producer_name == "trtqat" and len(model.graph.node) > 0
+
+
+def refuse_foreign_onnx(path: str | os.PathLike, flag: str = "path") -> None:
+    """Refuse to write an ONNX model over an existing file trtqat did not export
+    (:class:`~trtqat.out_paths.OutputPathError`, one line naming the fix)."""
+    from trtqat.out_paths import check_output_file
+
+    check_output_file(path, flag, (), is_trtqat_onnx, "an ONNX model trtqat exported")
 
 
 def check_writable(folder: str | os.PathLike) -> Path:

@@ -194,6 +194,9 @@ def stage(cfg: Any, *, resume: bool = False, inputs: Iterable[tuple[str, object]
     """Set up a recipe run (``D.setup``, ``Accel.setup``, the ``--out`` guard) and close it
     all on exit, however the run ends. Bad speed options are refused before ``--out`` is
     touched."""
+    model = getattr(cfg, "model", None)
+    if isinstance(model, str) and ".py:" in model:  # a model file may not be in --out either
+        inputs = [*inputs, ("--model", model.rpartition(":")[0])]
     st = Stage(D.setup(cfg.device))
     guard = None
     try:

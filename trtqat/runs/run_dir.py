@@ -1,6 +1,8 @@
 """The run folder: ``args.yaml``, ``metrics.jsonl``, checkpoints and TensorBoard scalars.
 
-Only the main process (rank 0) writes; on other ranks every method is a no-op.
+Only the main process (rank 0) writes; on other ranks every method is a no-op. Every name
+written is listed in the folder's manifest first (:mod:`trtqat.runs.ownership`): trtqat
+replaces or deletes only those, and a folder holding anything else is refused.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ import json
 import logging
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,19 @@ import yaml
 
 from trtqat.atomic import remove_stale_temps, write_atomic, write_failed
 from trtqat.errors import TrtqatError
+from trtqat.runs.ownership import (
+    ARGS,
+    CHECKPOINTS,
+    METRICS,
+    TB,
+    claim,
+    entries,
+    read_manifest,
+    remove_ours,
+    write_manifest,
+)
 
 log = logging.getLogger(__name__)
-
-ARGS = "args.yaml"
-METRICS = "metrics.jsonl"
-CHECKPOINTS = ("last.pt", "best.pt")
 
 
 class RunDirError(TrtqatError, RuntimeError):
@@ -33,11 +41,25 @@ def _atomic_write_text(path: Path, text: str) -> None:
     write_atomic(path, lambda f: f.write(text.encode()))
 
 
+def refuse_foreign(path: Path, flag: str = "--out") -> None:
+    """Refuse a run folder that holds files trtqat cannot prove it wrote (named, first few)."""
+    foreign = entries(path)[1] if path.is_dir() else []
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3
+                                          else "")
+        raise RunDirError(f"{flag} {path} holds files that are not trtqat's ({shown}): trtqat "
+                          "writes runs only into new or empty folders or its own run folders, "
+                          "and never replaces other files (--overwrite included); move them "
+                          f"away or choose another {flag}")
+
+
 def check_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool) -> Path:
-    """Refuse to clobber an existing run (unless ``overwrite``) or to resume a missing one."""
+    """Refuse a folder holding files that are not trtqat's, to clobber an existing run
+    (unless ``overwrite``) or to resume a missing one."""
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} is a file, not a folder: choose another --out")
+    refuse_foreign(path)
     has_run = any((path / n).exists() for n in CHECKPOINTS)
     if resume:
         if not (path / "last.pt").is_file():
@@ -58,6 +80,9 @@ class RunDir:
         self.enabled = enabled
         self._tb = None
         self._want_tb = tensorboard
+        self._wrote: list[str] = []  # names this run wrote (discard removes only these)
+        self._tb_before: set[str] = set()
+        self._made_folder = False
 
     def file(self, name: str) -> Path:
         """The path of ``name`` inside the run folder."""
@@ -67,14 +92,20 @@ class RunDir:
         """Create the folder and write ``args.yaml``; a fresh run starts an empty metrics file."""
         if not self.enabled:
             return
+        self._made_folder = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
+        names = [ARGS, METRICS, *CHECKPOINTS, *([TB] if self._want_tb else [])]
+        claim(self.path, names)  # listed before written: a kill leaves nothing unowned
+        self._wrote = [] if resume else names
+        if self._want_tb and (self.path / TB).is_dir():
+            self._tb_before = {str(p) for p in (self.path / TB).rglob("*")}
         _atomic_write_text(self.file(ARGS), yaml.safe_dump(args, sort_keys=False))
         if not resume:
             _atomic_write_text(self.file(METRICS), "")
             for name in CHECKPOINTS:
                 self.file(name).unlink(missing_ok=True)
         if self._want_tb:
-            self._tb = _summary_writer(self.path / "tb")
+            self._tb = _summary_writer(self.path / TB)
 
     def truncate_metrics(self, stage: str, epoch: int) -> None:
         """Drop metric lines of ``stage`` written after ``epoch`` (a run killed mid-save)."""
@@ -121,21 +152,37 @@ class RunDir:
             self._tb.flush()
 
     def discard(self) -> None:
-        """Remove what :meth:`start` and the stage wrote (args, metrics, checkpoints,
-        TensorBoard), and the folder if that leaves it empty: a stage that fails to write
-        its checkpoint leaves no run behind."""
+        """Remove what :meth:`start` and the stage wrote (args, metrics, checkpoints, the
+        TensorBoard files this run made), and the folder if that leaves it empty: a stage
+        that fails to write its checkpoint leaves no run behind. Nothing else is touched (a
+        folder that existed before stays)."""
         if not self.enabled:
             return
         self.close()
-        for name in (ARGS, METRICS, *CHECKPOINTS):
-            self.file(name).unlink(missing_ok=True)
-        if (self.path / "tb").is_dir():
-            shutil.rmtree(self.path / "tb", ignore_errors=True)
+        for name in self._wrote:
+            if name == TB:
+                self._discard_tb()
+            else:
+                self.file(name).unlink(missing_ok=True)
         remove_stale_temps(self.path, all_dead=True)
+        left = {n for n in read_manifest(self.path) if (self.path / n).exists()}
         try:
-            self.path.rmdir()
+            write_manifest(self.path, left)
+            if self._made_folder:
+                self.path.rmdir()
         except OSError:
-            pass  # other files of the user's: the folder stays
+            pass  # other files: the folder stays
+
+    def _discard_tb(self) -> None:
+        tb = self.path / TB
+        if not tb.is_dir():
+            return
+        if self._tb_before:  # an earlier run's events stay
+            for path in sorted(tb.rglob("*"), reverse=True):
+                if str(path) not in self._tb_before and path.is_file():
+                    path.unlink(missing_ok=True)
+            return
+        remove_ours(self.path, TB)
 
     def close(self) -> None:
         """Flush and close TensorBoard."""

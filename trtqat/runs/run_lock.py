@@ -1,14 +1,15 @@
-"""One writer per run folder, and ``--overwrite`` that never loses the old run.
+"""One writer per run folder, and ``--overwrite`` that replaces only trtqat's own files.
 
 A :class:`RunGuard` takes an advisory lock (``fcntl.flock`` on ``PARENT/.NAME.lock``, which
 holds the writer's PID) before anything is written. A second writer gets one line naming
 the holder's PID; the kernel drops the lock of a killed process, so its lock file is simply
 taken over. Under the lock every temporary file of ours in the folder is stale and removed.
 
-``--overwrite`` moves the old run aside (``PARENT/.NAME.replaced``) instead of deleting it.
-It is deleted once the new run holds a checkpoint; if the new run fails (or is killed)
-before that, the old run is put back, at the latest by the next command that opens the
-folder.
+A folder holding files trtqat cannot prove it wrote (:mod:`trtqat.runs.ownership`) is
+refused, ``--overwrite`` included. ``--overwrite`` moves the old run's files (only those)
+into ``NAME/.trtqat-replaced`` instead of deleting them. They are deleted once the new run
+holds a checkpoint; if the new run fails (or is killed) before that, the new run's files are
+removed and the old ones put back, at the latest by the next command that opens the folder.
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 from trtqat.atomic import remove_stale_temps
+from trtqat.runs.ownership import (
+    ASIDE,
+    MANIFEST,
+    entries,
+    read_manifest,
+    remove_ours,
+    remove_tree,
+)
 from trtqat.runs.run_dir import CHECKPOINTS, RunDirError, check_out_dir
 
 log = logging.getLogger(__name__)
@@ -33,7 +41,12 @@ def lock_path(folder: Path) -> Path:
 
 
 def aside_path(folder: Path) -> Path:
-    """Where ``--overwrite`` keeps the old run until the new one has a checkpoint."""
+    """Where ``--overwrite`` keeps the old run's files until the new one has a checkpoint."""
+    return Path(folder) / ASIDE
+
+
+def legacy_aside_path(folder: Path) -> Path:
+    """Where ``--overwrite`` of trtqat before the manifest kept the whole old folder."""
     folder = folder.absolute()
     return folder.parent / f".{folder.name}.replaced"
 
@@ -120,22 +133,71 @@ class RunLock:
 
 def _recover(folder: Path) -> None:
     """Finish what a killed ``--overwrite`` left (called under the lock)."""
+    _recover_legacy(folder)
     old = aside_path(folder)
-    if not old.is_dir():
+    if not old.is_dir() or old.is_symlink():
         return
     if _holds_checkpoint(folder):
-        shutil.rmtree(old)
-        log.info("removed %s: the run that replaced it has a checkpoint", old)
+        remove_tree(old)
+        log.info("removed the old run in %s: the run that replaced it has a checkpoint", old)
         return
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(old, folder)
+    for name in read_manifest(folder):  # the new run's files: it wrote only these
+        remove_ours(folder, name)
+    (folder / MANIFEST).unlink(missing_ok=True)
+    kept = []
+    for entry in sorted(old.iterdir()):
+        dest = folder / entry.name
+        if dest.exists() or dest.is_symlink():
+            kept.append(entry.name)
+            continue
+        os.replace(entry, dest)
+    if kept:
+        log.warning("%s still holds %s of the old run (the folder has files of that name "
+                    "now): move back what you need", old, ", ".join(kept))
+    else:
+        old.rmdir()
     log.warning("restored %s: the --overwrite run that replaced it stopped before its first "
                 "checkpoint", folder)
 
 
+def _recover_legacy(folder: Path) -> None:
+    """An older trtqat's killed ``--overwrite`` moved the whole folder aside: put it back
+    only where nothing is in the way (deleting it could lose the user's files in it)."""
+    old = legacy_aside_path(folder)
+    if not old.is_dir():
+        return
+    try:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        if not folder.exists():
+            os.replace(old, folder)
+            log.warning("restored %s from %s (an interrupted --overwrite)", folder, old)
+            return
+    except OSError:
+        pass
+    log.warning("%s holds the run an interrupted --overwrite of an older trtqat moved aside "
+                "(with any other files that were in %s): move back what you need and delete "
+                "it", old, folder)
+
+
+def _move_aside(folder: Path) -> Path:
+    """Move the old run's files (trtqat's only: checked before) into :func:`aside_path`."""
+    old = aside_path(folder)
+    try:
+        old.mkdir()
+    except FileExistsError:
+        raise RunDirError(f"{old} still holds files of an earlier run that could not be put "
+                          "back: move back what you need and delete it, then run again"
+                          ) from None
+    for name in entries(folder)[0]:
+        os.replace(folder / name, old / name)
+    if (folder / MANIFEST).is_file():
+        os.replace(folder / MANIFEST, old / MANIFEST)
+    return old
+
+
 def _check_inputs_outside(folder: Path, inputs: Iterable[tuple[str, object]]) -> None:
-    """``--overwrite`` moves ``folder`` away: refuse when an input of the command is in it."""
+    """``--overwrite`` moves the old run away: refuse when an input of the command is in it."""
     root = folder.absolute().resolve()
     for flag, value in inputs:
         if value and root in (Path(str(value)).absolute().resolve(),
@@ -155,24 +217,24 @@ class RunGuard:
     def __init__(self, out: str | os.PathLike, resume: bool, overwrite: bool,
                  enabled: bool = True, inputs: Iterable[tuple[str, object]] = ()) -> None:
         self.path = Path(out)
-        if overwrite:
-            _check_inputs_outside(self.path, inputs)
+        inputs = list(inputs) if overwrite else []  # checked after the folder's own files
         self._lock: RunLock | None = None
         self._aside: Path | None = None
         if not enabled:
             check_out_dir(self.path, resume, overwrite)
+            _check_inputs_outside(self.path, inputs)
             return
         if self.path.exists() and not self.path.is_dir():
             check_out_dir(self.path, resume, overwrite)  # one clear line
         self._lock = RunLock(self.path).acquire()
         try:
             _recover(self.path)
-            check_out_dir(self.path, resume, overwrite)
+            check_out_dir(self.path, resume, overwrite)  # the user's files: one line
+            _check_inputs_outside(self.path, inputs)  # an input among trtqat's files
             if self.path.is_dir():
                 remove_stale_temps(self.path, all_dead=True)
             if overwrite and _holds_checkpoint(self.path):
-                self._aside = aside_path(self.path)
-                os.replace(self.path, self._aside)
+                self._aside = _move_aside(self.path)
                 log.info("the old run is kept in %s until the new one has a checkpoint",
                          self._aside)
         except BaseException:

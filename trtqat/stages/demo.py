@@ -26,6 +26,7 @@ from pathlib import Path
 
 from trtqat.engines.registry import DEFAULT_BACKEND
 from trtqat.errors import TrtqatError
+from trtqat.stages.compare.report import refuse_foreign_reports
 from trtqat.stages.compare.result import CompareReport
 from trtqat.stages.compare.run import CompareConfig, compare
 from trtqat.stages.demo_models import DEMO_MODELS, DEMO_RUNS  # noqa: F401  (re-exported)
@@ -128,6 +129,7 @@ def run_demo(cfg: DemoConfig, echo: Callable[[str], None] = print) -> DemoReport
     if len(set(folders)) < len(folders):
         raise TrtqatError(f"--model {','.join(cfg.models)} names one model twice")
     pick_device(cfg.device)  # refuse --device cuda without a GPU before any stage runs
+    refuse_foreign_reports(cfg.out)  # not after an hour of training
     t_start = time.perf_counter()
     sections = []
     with _torch_threads(cfg.threads):

@@ -130,13 +130,14 @@ def refuse_foreign_exports(out: Path, paths: Any, checkpoint: str) -> None:
     and the files to replace are earlier exports (ONNX models, an export summary)."""
     from trtqat.atomic import json_with_keys, refuse_foreign
     from trtqat.export import ExportError
-    from trtqat.export.result import is_onnx_model
+    from trtqat.export.result import is_trtqat_onnx
 
     for path in paths:
         if path.parent != out or path.name in ("", ".", ".."):
             raise ExportError(f"{checkpoint} names an output outside --out ({path}); nothing "
                               "exported")
-        refuse_foreign(path, is_onnx_model, "an ONNX model (an earlier export)", "--out")
+        refuse_foreign(path, is_trtqat_onnx, "an ONNX model trtqat exported (an earlier "
+                       "export)", "--out")
     refuse_foreign(out / "export.json", json_with_keys("checkpoint", "variant", "results"),
                    "an earlier export summary (export.json)", "--out")
 

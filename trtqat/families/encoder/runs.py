@@ -60,7 +60,7 @@ from trtqat.runs import recipes as R
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import CheckpointError, copy_checkpoint, load_checkpoint
 from trtqat.runs.qat_recipe import FINAL_LR_FRACTION
-from trtqat.runs.run_dir import RunDir, RunDirError, check_out_dir
+from trtqat.runs.run_dir import RunDir, RunDirError, check_out_dir, refuse_foreign
 from trtqat.runs.run_lock import RunGuard
 
 if TYPE_CHECKING:
@@ -165,6 +165,7 @@ def _fp32_folder(cfg: CalibrateConfig, out: Path, source: str) -> tuple[Path, bo
     best = folder / "best.pt"
     if cfg.checkpoint and Path(cfg.checkpoint).resolve() in (best.resolve(), folder.resolve()):
         return folder, False  # calibrating the reference in place
+    refuse_foreign(folder, "--fp32-out")  # the user's files there are never replaced
     if not best.exists():
         check_out_dir(folder, resume=False, overwrite=cfg.overwrite)
         return folder, True

@@ -87,7 +87,9 @@ def _build(variant: Variant, onnx_path: Path, engine_path: Path, cfg: CompareCon
     cached); one that fails otherwise leaves the Q/DQ graph as exported, with a note."""
     from trtqat.engines import build_engine, load_engine
     from trtqat.engines.ort_qdq import AgreementError
+    from trtqat.engines.out_check import check_engine_output
 
+    check_engine_output(engine_path, "the engine", [("--onnx", onnx_path)], choose="--out")
     if engine_path.is_file() and not cfg.fresh and engine_path.stat().st_mtime >= onnx_path.stat().st_mtime:
         return _noted(load_engine(engine_path), result)
     big = max(cfg.batch_sizes)
