@@ -36,7 +36,7 @@ from trtqat.export.checks import CheckContext, classifier_checks
 from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
-from trtqat.export.fp16 import clip_to_fp16_range, convert_to_fp16
+from trtqat.export.fp16 import check_io_dtype, clip_to_fp16_range, convert_to_fp16
 from trtqat.export.inputs import as_inputs, named_inputs, validation_inputs
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset, lowest_working_opset
@@ -294,6 +294,7 @@ class Exporter:
         """Write one variant to ``path`` (checked first; see :func:`export_onnx`);
         ``metadata`` is added to the file's (next to ``trtqat.variant``, ...)."""
         check_args(variant, opset)
+        check_io_dtype(io_dtype)
         path = Path(path)
         check_writable(path.parent)
         int8 = variant_row(variant).int8

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtqat.errors import QuantConfigError
+from trtqat.checks import check_config_types
+from trtqat.errors import QuantConfigError, QuantConfigTypeError
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.modules import FLOAT_TO_QUANT
 
@@ -82,6 +83,8 @@ class QuantConfig:
     num_batches: int | None = None
 
     def __post_init__(self) -> None:
+        # bools only bool, numbers finite and not strings, ...: one line naming the key
+        check_config_types(self, "QuantConfig", error=QuantConfigTypeError)
         for name in ("quant_desc_input", "quant_desc_weight"):
             object.__setattr__(self, name, _descriptor(name, getattr(self, name)))
         for name in ("float_module_list", "skip_layers", "keep_float"):
