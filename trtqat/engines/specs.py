@@ -64,8 +64,9 @@ def check_shape(name: Any, shape: Any, flag: str = "--shapes") -> Shape:
                          f"e.g. {example}")
     if any(d < 1 for d in dims):
         kind = "a negative" if min(dims) < 0 else "a zero"
-        raise ShapeError(f"{flag}: {kind} dimension in '{name}' {format_shape(dims)}; every "
-                         f"dimension must be >= 1, e.g. {example}")
+        given = "x".join(map(str, dims))
+        raise ShapeError(f"{flag}: {kind} dimension in '{name}:{given}'; every dimension must "
+                         f"be >= 1, e.g. {example}")
     dims = tuple(int(d) for d in dims)
     check_shape_memory(name, dims, flag)
     return dims
