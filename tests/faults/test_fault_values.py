@@ -76,14 +76,25 @@ CASES = [
     (["calibrate", "--checkpoint", "x.pt", "--image-size", "300000x400000", "--channels", "1"],
      "--image-size 300000x400000 needs 480 GB for one batch (1 x 1 x 300000 x 400000"),
     (["qat", "--checkpoint", "x.pt", "--image-size", "100000"], "more than this machine's"),
+    # a path component over NAME_MAX: checked once for every path argument (cli/validate.py)
+    *[(argv, "is 300 bytes long, more than a file name may be (255 bytes); use a shorter name")
+      for argv in (["train", "--out", "{long}"], ["train", "--data", "{long}"],
+                   ["export", "--checkpoint", "{long}"],
+                   ["export", "--checkpoint", "x.pt", "--out", "r/{long}/x"],
+                   ["calibrate", "--model", "{long}"], ["compare", "--run", "{long}"],
+                   ["sensitivity", "--checkpoint", "{long}"],
+                   ["trtqat-exec", "--onnx={long}"],
+                   ["trtqat-exec", "--onnx={onnx}", "--exportTimes={long}"],
+                   ["trtqat-exec", "--onnx={onnx}", "--saveEngine={long}"])],
 ]
 
 
-@pytest.mark.parametrize("argv, needle", CASES, ids=[" ".join(c[0][:3]) for c in CASES])
+@pytest.mark.parametrize("argv, needle", CASES,
+                         ids=[" ".join(c[0][:3]).replace("{long}", "LONG") for c in CASES])
 def test_invalid_value_is_one_line(tmp_path, capsys, monkeypatch, conv_onnx, argv, needle):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("not a folder")
-    names = {"tmp": tmp_path, "file": tmp_path / "file", "onnx": conv_onnx}
+    names = {"tmp": tmp_path, "file": tmp_path / "file", "onnx": conv_onnx, "long": "a" * 300}
     before = sorted(p.name for p in tmp_path.iterdir())
     rc, err = run_cli(capsys, [a.format(**names) for a in argv])
     one_error_line(rc, err, needle)
