@@ -162,3 +162,18 @@ def test_export_compare_and_sensitivity_replace_only_their_own_outputs(ptq, tmp_
     for _ in range(2):  # its own earlier outputs are replaced
         assert run_cli(capsys, ["export", "-c", str(run), "--variant", "fp32", "--out",
                                 str(out), "--val-batches", "1"])[0] == 0
+
+
+@pytest.mark.parametrize("command", ["export", "sensitivity", "qat"])
+def test_a_negative_amax_is_named_with_its_value(ptq, tmp_path, capsys, command):
+    run, _ = ptq
+
+    def negative(ckpt):
+        ckpt["state_dict"]["0._input_quantizer._amax"].fill_(-3.2)
+
+    _edit(run / "best.pt", negative)
+    out = tmp_path / "out"
+    extra = ["--data", "synthetic", "--image-size", "16"] if command == "qat" else []
+    rc, err = run_cli(capsys, [command, "-c", str(run / "best.pt"), *extra, "--out", str(out)])
+    one_error_line(rc, err, "quantizer '0._input_quantizer' has amax -3.2, which is negative")
+    assert not out.exists()
