@@ -186,3 +186,23 @@ def test_export_values_the_model_refuses_are_one_line(ptq, tmp_path, capsys, ext
                                "--val-batches", "1", *extra])
     one_error_line(rc, err, needle)
     assert not out.exists()  # refused before the folder is made
+
+
+@pytest.mark.parametrize("samples", [1, 9])
+def test_calibration_takes_an_array_smaller_than_or_one_past_a_batch(tmp_path, capsys, samples):
+    """A one-sample .npy (and 9 samples at batch 8, a last batch of one) calibrates: the batch
+    is clipped to the samples and no last batch is dropped (no BatchNorm training here)."""
+    import numpy as np
+
+    from trtqat.runs.checkpoint import load_checkpoint
+
+    (tmp_path / "net.py").write_text(NET)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((samples, 3, 16, 16),
+                                                               dtype=np.float32))
+    out = tmp_path / "ptq"
+    rc, err = run_cli(capsys, ["calibrate", "--model", f"{tmp_path / 'net.py'}:make", "--data",
+                               str(tmp_path / "x.npy"), "--image-size", "16", "--batch-size",
+                               "8", "--no-progress", "--method", "max", "--out", str(out)])
+    assert rc == 0, err
+    state = load_checkpoint(out / "best.pt")["state_dict"]
+    assert float(state["0._input_quantizer._amax"].max()) > 0
