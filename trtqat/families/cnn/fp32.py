@@ -58,7 +58,7 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
         st.run = run = RunDir(out, enabled=ctx.is_main)
         run.start(args, resume=cfg.resume)
         if cfg.resume:
-            run.truncate_metrics("fp32", start)
+            run.truncate_metrics("fp32", start, (resume_ckpt or {}).get("metrics"))
             log.info("resuming %s at epoch %d/%d", out, start, cfg.epochs)
 
         def make_payload(epoch: int, record: dict, best_top1: float, wall_s: float) -> dict:

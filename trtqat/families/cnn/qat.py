@@ -123,7 +123,7 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
         extra = {"calib": src.get("calib"), "train_args": train_args}
         if cfg.resume:
             run.start(args, resume=True)
-            run.truncate_metrics("qat", start)
+            run.truncate_metrics("qat", start, (resume_ckpt or {}).get("metrics"))
         else:
             t0 = time.perf_counter()
             va = evaluate(fast, batches.val, ctx, criterion=criterion, limit=cfg.limit_batches,

@@ -102,7 +102,7 @@ def train_detector(cfg: TrainConfig, family: Any) -> StageResult:
         st.run = run = RunDir(out, enabled=ctx.is_main)
         run.start(args, resume=cfg.resume)
         if cfg.resume:
-            run.truncate_metrics("fp32", start)
+            run.truncate_metrics("fp32", start, (resume_ckpt or {}).get("metrics"))
 
         def payload(epoch: int, record: dict, best_map: float, wall_s: float) -> dict:
             return R.payload(stage="fp32", model=model, spec=spec, epoch=epoch, args=args,
