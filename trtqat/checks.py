@@ -12,6 +12,7 @@ takes and what was given.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 from collections.abc import Callable, Iterable
@@ -94,6 +95,18 @@ def check_config_types(config: Any, owner: str | None = None, skip: Iterable[str
         if found is not None and f.name not in skipped:
             check_type(owner, f.name, getattr(config, f.name), found[0], none_ok=found[1],
                        error=error)
+
+
+def check_keys(owner: str, given: Iterable[Any], valid: Iterable[str],
+               error: type[TrtqatError] = ValueTypeError) -> None:
+    """Raise ``error`` for the first key of ``given`` not in ``valid``: one line with the
+    closest valid key ("did you mean") and all of them."""
+    allowed = list(valid)
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise error(f"unknown {owner} key {key!r}: {hint}valid keys: {', '.join(allowed)}")
 
 
 def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:

@@ -44,6 +44,13 @@ CASES = {
                    ("QuantConfig.percentile", "finite", "inf")),
     "config-typo": (lambda o, t: trtqat.quantize(_net(), {"graf": True}),
                     ("'graf'", "did you mean 'graph'")),
+    # build options: the same type checks, unknown keywords get "did you mean"
+    "build-bool": (lambda o, t: trtqat.build_engine(o, fp16="yes"),
+                   ("BuildOptions.fp16", "bool", "'yes'")),
+    "build-float": (lambda o, t: trtqat.build_engine(o, min_top1="0.9"),
+                    ("BuildOptions.min_top1", "number", "'0.9'")),
+    "build-typo": (lambda o, t: trtqat.build_engine(o, fp61=True),
+                   ("'fp61'", "did you mean 'fp16'")),
     # a model name where a module goes
     "quantize-name": (lambda o, t: trtqat.quantize("resnet18"),
                       ("torch.nn.Module", "got str", "get_model('resnet18')")),

@@ -234,8 +234,14 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
 
     Raises the :mod:`trtqat.engines.errors` the command line reports.
     """
-    from trtqat.engines.specs import parse_shapes
+    import dataclasses
 
+    from trtqat.checks import check_keys
+    from trtqat.engines.errors import OptionsError
+    from trtqat.engines.specs import BuildOptions, parse_shapes
+
+    check_keys("BuildOptions", option_kwargs, [f.name for f in dataclasses.fields(BuildOptions)],
+               OptionsError)
     for key in ("shapes", "min_shapes", "opt_shapes", "max_shapes"):
         if isinstance(option_kwargs.get(key), str):
             option_kwargs[key] = parse_shapes(option_kwargs[key], key)

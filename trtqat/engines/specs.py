@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from trtqat.checks import check_config_types
 from trtqat.engines.errors import OptionsError, ShapeError
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,7 @@ class BuildOptions:
     u8s8_guard: bool = True
 
     def __post_init__(self) -> None:
+        check_config_types(self, "BuildOptions", error=OptionsError)  # bools only bool, ...
         for flag, given in (("--shapes", self.shapes), ("--minShapes", self.min_shapes),
                             ("--optShapes", self.opt_shapes), ("--maxShapes", self.max_shapes)):
             try:

@@ -8,12 +8,11 @@ the closest valid key and lists them all.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtqat.checks import check_config_types
+from trtqat.checks import check_config_types, check_keys
 from trtqat.errors import QuantConfigError, QuantConfigTypeError
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.modules import FLOAT_TO_QUANT
@@ -125,13 +124,7 @@ class QuantConfig:
         if not isinstance(config, Mapping):
             raise QuantConfigError(f"config must be a QuantConfig or a dict, got "
                                    f"{type(config).__name__}")
-        valid = cls.keys()
-        for key in config:
-            if key not in valid:
-                close = difflib.get_close_matches(str(key), valid, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise QuantConfigError(f"unknown QuantConfig key {key!r}: {hint}valid keys: "
-                                       f"{', '.join(valid)}")
+        check_keys("QuantConfig", config, cls.keys(), QuantConfigError)
         return cls(**dict(config))
 
     def input_descriptor(self) -> QuantDescriptor:
