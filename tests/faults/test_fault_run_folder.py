@@ -122,7 +122,10 @@ def test_nan_stop_keeps_and_names_the_last_finite_checkpoint(tmp_path, capsys, m
                if t.is_floating_point())
 
 
-def test_a_diverging_lr_stops_without_a_poisoned_checkpoint(tmp_path, capsys, tiny):
+def test_a_diverging_lr_stops_without_a_poisoned_checkpoint(tmp_path, capsys, tiny,
+                                                            monkeypatch):
+    for module in ("trtqat.runopts", "trtqat.runs.recipes"):  # --lr is at most 10 otherwise
+        monkeypatch.setattr(f"{module}.MAX_LR", 1e9)
     out = tmp_path / "run"
     rc, err = run_cli(capsys, train_argv(out, "--lr", "1e6", epochs=2))
     line = one_error_line(rc, err, "stopped.")
