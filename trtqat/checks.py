@@ -6,7 +6,7 @@ takes and what was given.
 
     check_config_types(cfg)             # every bool / int / float / str field of a dataclass
     check_module(model, "quantize")     # a torch.nn.Module, not a model name
-    check_choice("io_dtype", value, ("fp32", "fp16"))
+    check_keys("QuantConfig", config, valid, QuantConfigError)  # unknown: "did you mean"
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from trtqat.errors import TrtqatError
 
 class ValueTypeError(TrtqatError, TypeError):
     """A value of the wrong type for its key (a string where a number goes, ...)."""
-
-
-class ChoiceError(TrtqatError, ValueError):
-    """A value outside its allowed set, or a number out of its range."""
 
 
 class ModelTypeError(TrtqatError, TypeError):
@@ -98,7 +94,7 @@ def check_config_types(config: Any, owner: str | None = None, skip: Iterable[str
 
 
 def check_keys(owner: str, given: Iterable[Any], valid: Iterable[str],
-               error: type[TrtqatError] = ValueTypeError) -> None:
+               error: type[TrtqatError]) -> None:
     """Raise ``error`` for the first key of ``given`` not in ``valid``: one line with the
     closest valid key ("did you mean") and all of them."""
     allowed = list(valid)
@@ -107,14 +103,6 @@ def check_keys(owner: str, given: Iterable[Any], valid: Iterable[str],
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise error(f"unknown {owner} key {key!r}: {hint}valid keys: {', '.join(allowed)}")
-
-
-def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
-    """Raise :class:`ChoiceError` unless ``value`` is one of ``choices`` (listed in the
-    message)."""
-    allowed = list(choices)
-    if not isinstance(value, str) or value not in allowed:
-        raise ChoiceError(f"{key} {value!r} is not allowed: use one of {', '.join(allowed)}")
 
 
 def check_module(model: Any, verb: str) -> None:
