@@ -76,7 +76,7 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
                          wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
                          stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr or "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr or "
                                      "lengthen --warmup-epochs and start again (--overwrite)"
                                      ) from None
         return StageResult("train", str(out), result["last"],

@@ -116,7 +116,7 @@ def train_detector(cfg: TrainConfig, family: Any) -> StageResult:
                               best=best, wall_offset=wall, limit=cfg.limit_batches,
                               progress=cfg.progress)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return _result("train", out, result)
 
@@ -292,6 +292,6 @@ def qat_detector(cfg: QATConfig, family: Any, src: dict[str, Any]) -> StageResul
                               limit=cfg.limit_batches, teacher=teacher, distill=r["distill"],
                               progress=cfg.progress)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return _result("qat", out, result, before=start["map"])
