@@ -54,11 +54,13 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike[s
         print("\\n".join(result.lines()))
     """
     from trtqat import families
+    from trtqat.checks import check_module
     from trtqat.export.onnx_export import ExportPlan
     from trtqat.export.onnx_export import export_onnx as export_file
     from trtqat.export.result import refuse_foreign_onnx
     from trtqat.variants import canonical
 
+    check_module(model, "export_onnx")
     refuse_foreign_onnx(path)  # before any work: trtqat replaces only its own exports
     family = families.of_module(model)
     plan = example_inputs if isinstance(example_inputs, ExportPlan) else family.module_plan(

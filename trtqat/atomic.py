@@ -42,7 +42,8 @@ def write_failed(target: str | os.PathLike[str], exc: OSError, done: str = "noth
     reason = exc.strerror or str(exc) or type(exc).__name__
     fix = ("free some space or choose another folder" if exc.errno in _NO_SPACE
            else "check the folder and its permissions, or choose another one")
-    err = WriteError(f"cannot write {target}: {reason}; {done}; {fix}")
+    code = f" (errno {exc.errno})" if exc.errno else ""
+    err = WriteError(f"cannot write {target}: {reason}{code}; {done}; {fix}")
     err.errno = exc.errno
     return err
 
@@ -53,6 +54,22 @@ _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]+)-(?P<rand>[a-z0-9_]{8})\.tm
 def is_temp_name(name: str) -> bool:
     """Whether ``name`` is exactly the name of a temporary file of :func:`temp_path`."""
     return _TEMP.match(name) is not None
+
+
+def probe_write(path: str | os.PathLike[str], size: int, done: str = "nothing was written"
+                ) -> None:
+    """Raise :func:`write_failed`'s line if ``size`` bytes cannot be written at ``path``
+    (removed again): tells a full disk from the error a library reports for it."""
+    path = Path(path)
+    try:
+        with open(path, "wb") as f:
+            f.write(bytes(min(size, 1 << 26)))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise write_failed(path, exc, done) from None
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def default_mode() -> int:

@@ -16,6 +16,10 @@ class QuantConfigError(TrtqatError, ValueError):
     """An invalid quantization setting (bits, axis, calibration method, ...)."""
 
 
+class QuantConfigTypeError(QuantConfigError, TypeError):
+    """A quantization setting of the wrong type (a string where a bool or number goes)."""
+
+
 class QuantInputError(TrtqatError, TypeError):
     """A tensor handed to a fake-quant op that it cannot quantize (e.g. integer dtype)."""
 

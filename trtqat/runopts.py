@@ -75,6 +75,11 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# the largest learning rate a config takes: above it every run diverges (and float32
+# weight updates overflow near 1e38), so it is refused before a run folder is made
+MAX_LR = 10.0
+
+
 def check_positive(cfg: Any, *names: str, allow_none: bool = False, zero: bool = False) -> None:
     """Raise :class:`ConfigError` unless each field is > 0 (>= 0 with ``zero``)."""
     for name in names:

@@ -162,3 +162,41 @@ def test_export_compare_and_sensitivity_replace_only_their_own_outputs(ptq, tmp_
     for _ in range(2):  # its own earlier outputs are replaced
         assert run_cli(capsys, ["export", "-c", str(run), "--variant", "fp32", "--out",
                                 str(out), "--val-batches", "1"])[0] == 0
+
+
+@pytest.mark.parametrize("command", ["export", "sensitivity", "qat"])
+def test_a_negative_amax_is_named_with_its_value(ptq, tmp_path, capsys, command):
+    run, _ = ptq
+
+    def negative(ckpt):
+        ckpt["state_dict"]["0._input_quantizer._amax"].fill_(-3.2)
+
+    _edit(run / "best.pt", negative)
+    out = tmp_path / "out"
+    extra = ["--data", "synthetic", "--image-size", "16"] if command == "qat" else []
+    rc, err = run_cli(capsys, [command, "-c", str(run / "best.pt"), *extra, "--out", str(out)])
+    one_error_line(rc, err, "quantizer '0._input_quantizer' has amax -3.2, which is negative")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("damage", ["binary", "middle-line", "torn-last-line"])
+def test_a_damaged_metrics_file_on_resume(tmp_path, capsys, caplog, tiny, damage):
+    """Garbage is one line naming the file; a torn last line (a killed write) is dropped with
+    a WARNING and its record rewritten from the checkpoint, so no epoch's record is lost."""
+    out = tmp_path / "run"
+    assert run_cli(capsys, train_argv(out, "--stop-after", "2", epochs=3))[0] == 0
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    damaged = {"binary": bytes(range(256)) * 4,
+               "middle-line": ("\n".join([lines[0], "garbage!", lines[1]]) + "\n").encode(),
+               "torn-last-line": (lines[0] + "\n" + lines[1][:len(lines[1]) // 2]).encode()}
+    metrics.write_bytes(damaged[damage])
+    rc, err = run_cli(capsys, train_argv(out, "--resume", epochs=3))
+    if damage != "torn-last-line":
+        one_error_line(rc, err, f"{metrics}")
+        assert "restore metrics.jsonl from a backup, or move it away" in err[0]
+        assert metrics.read_bytes() == damaged[damage]  # left as it was
+        return
+    assert rc == 0, err
+    assert "dropped the last line of" in caplog.text and str(metrics) in caplog.text
+    assert [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] == [1, 2, 3]

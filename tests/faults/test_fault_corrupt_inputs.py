@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -19,6 +20,7 @@ def _inputs(tmp, conv_onnx, kind):
                   "ckpt-folder": "ckdir", "onnx-empty": "e.onnx", "onnx-random": "r.onnx",
                   "onnx-folder": "o.onnx", "engine-random": "r.engine",
                   "engine-truncated": "t.engine", "engine-folder": "f.engine",
+                  "engine-newer": "n.engine", "engine-version-text": "v.engine",
                   "npz-random": "c.npz", "imagefolder-one-class": "data"}[kind]
     if kind in ("ckpt-random", "onnx-random", "engine-random", "npz-random"):
         path.write_bytes(RANDOM)
@@ -32,6 +34,12 @@ def _inputs(tmp, conv_onnx, kind):
     elif kind == "engine-truncated":
         assert run_cli_ok(["build", "--onnx", str(conv_onnx), "--out", str(path)])
         path.write_bytes(path.read_bytes()[:-20])
+    elif kind in ("engine-newer", "engine-version-text"):  # a sidecar of a future trtqat
+        assert run_cli_ok(["build", "--onnx", str(conv_onnx), "--out", str(path)])
+        side = path.with_name(path.name + ".json")
+        meta = json.loads(side.read_text())
+        side.write_text(json.dumps(meta | {"format_version": 999 if kind == "engine-newer"
+                                           else "1"}))
     elif kind == "imagefolder-one-class":
         from PIL import Image
 
@@ -67,6 +75,11 @@ CASES = [
     (["trtqat-exec", "--loadEngine"], "engine-random", "is not an ONNX model"),
     (["trtqat-exec", "--loadEngine"], "engine-truncated", "does not match its sidecar"),
     (["trtqat-exec", "--loadEngine"], "engine-folder", "is a folder, not an engine file"),
+    (["trtqat-exec", "--loadEngine"], "engine-newer", "has format_version 999, written by a "
+                                                      "newer trtqat (this one reads up to 1): "
+                                                      "upgrade trtqat"),
+    (["trtqat-exec", "--loadEngine"], "engine-version-text", "has format_version '1', not a "
+                                                             "version number"),
     (["trtqat-exec", "--onnx", "{onnx}", "--calibInputs"], "npz-random", "--calibInputs: "
                                                                          "cannot read"),
     (["train", "--out", "{tmp}/out", "--data"], "imagefolder-one-class",

@@ -101,3 +101,74 @@ def test_a_full_disk_while_training_keeps_the_last_good_checkpoint(tmp_path, cap
     rc, err = run_cli(capsys, train_argv(out, "--resume", epochs=2))  # space again: it goes on
     assert rc == 0, err
     assert load_checkpoint(out / "last.pt")["epoch"] == 2
+
+
+def _matmul_onnx(path):
+    """An ONNX model whose files outgrow a 4 KiB file-size limit: input (N, 4) @ W (4, 512)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 512), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["input", "w"], ["output"])], "mm",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                             ["N", 4])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT,
+                                                             ["N", 512])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_writers_in_onnx_runtime_name_the_full_disk(tmp_path, conv_onnx):
+    """ONNX Runtime's own writes (the optimised model of a build; the layer profile of a model
+    small enough to build) under a 4 KiB file-size limit (``ulimit -f``, SIGXFSZ ignored: EFBIG): one line naming the file
+    and the errno, not INVALID_PROTOBUF or a JSONDecodeError; nothing half-written."""
+    import os
+    import subprocess
+    import sys
+
+    from faultlib import ROOT
+
+    model = _matmul_onnx(tmp_path / "mm.onnx")
+    out = tmp_path / "out"
+    out.mkdir()
+    py = sys.executable
+    script = (f"trap '' XFSZ; ulimit -f 4; cd {tmp_path}; "
+              f"{py} -m trtqat build --onnx {model} --out out/m.engine; "
+              f"{py} -c 'from trtqat.cli.exec_cmd import main; raise SystemExit(main())' "
+              f"--onnx={conv_onnx} --exportProfile=out/p.json --duration=0.05 --warmUp=0 "
+              "--iterations=20")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(errors) == 2, proc.stderr[-3000:]
+    assert "optimized.onnx: File too large (errno 27); no engine was written" in errors[0]
+    assert "cannot write ONNX Runtime's layer profile" in errors[1]
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["trtqat-exec", "--onnx={onnx}", "--exportTimes={out}/t.json"],
+    ["trtqat-exec", "--onnx={onnx}", "--exportLayerInfo={out}/l.json"],
+    ["trtqat-exec", "--onnx={onnx}", "--exportProfile={out}/p.json"],
+    ["sensitivity", "--checkpoint", "{ptq}", "--top", "1", "--out", "{out}"],
+], ids=["exportTimes", "exportLayerInfo", "exportProfile", "sensitivity"])
+def test_reports_on_a_full_disk_are_one_line(tmp_path, capsys, monkeypatch, net, conv_onnx,
+                                             argv):
+    ptq = tmp_path / "ptq"
+    if "sensitivity" in argv:
+        rc, err = run_cli(capsys, ["calibrate", "--model", net, *CALIBRATE, "--out", str(ptq)])
+        assert rc == 0, err
+    out = tmp_path / "out"
+    out.mkdir()
+    timing = ["--duration=0.05", "--warmUp=0", "--iterations=5"] if argv[0] != "sensitivity" \
+        else []
+    disk_full(monkeypatch, out, 0)
+    rc, err = run_cli(capsys, [a.format(onnx=conv_onnx, out=out, ptq=ptq) for a in argv]
+                      + timing)
+    one_error_line(rc, err, "No space left on device (errno 28)")
+    assert "cannot write" in err[0] and str(out) in err[0]
+    assert list(out.iterdir()) == []

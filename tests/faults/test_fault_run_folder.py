@@ -144,10 +144,17 @@ def test_nan_stop_keeps_and_names_the_last_finite_checkpoint(tmp_path, capsys, m
                if t.is_floating_point())
 
 
-def test_a_diverging_lr_stops_without_a_poisoned_checkpoint(tmp_path, capsys, tiny):
+@pytest.mark.parametrize("lr", ["1e6", "1e308"])  # a NaN loss; a weight update overflowing
+def test_a_diverging_lr_stops_without_a_poisoned_checkpoint(tmp_path, capsys, tiny,
+                                                            monkeypatch, lr):
+    for module in ("trtqat.runopts", "trtqat.runs.recipes"):  # --lr is at most 10 otherwise
+        monkeypatch.setattr(f"{module}.MAX_LR", 1e309)
     out = tmp_path / "run"
-    rc, err = run_cli(capsys, train_argv(out, "--lr", "1e6", epochs=2))
+    rc, err = run_cli(capsys, train_argv(out, "--lr", lr, epochs=2))
     line = one_error_line(rc, err, "stopped.")
+    assert lr != "1e308" or "the weight update overflowed (learning rate 1e+308)" in line
+    if "No epoch finished" in line:  # a stop before any checkpoint leaves no folder
+        assert "no run folder is left" in line and not out.exists()
     from trtqat.runs.health import finite_checkpoint
 
     for name in ("last.pt", "best.pt"):

@@ -15,6 +15,8 @@ from trtqat.engines import timing
 CASES = [
     (["train", "--lr", "nan"], "--lr: expected a finite number > 0"),
     (["train", "--lr", "inf"], "--lr: expected a finite number > 0"),
+    (["train", "--lr", "1e308"], "--lr: expected a finite number > 0 and <= 10 (learning rate)"),
+    (["qat", "--checkpoint", "x.pt", "--lr", "11"], "<= 10 (learning rate), got '11'"),
     (["train", "--weight-decay", "nan"], "--weight-decay/--wd: expected a finite number >= 0"),
     (["train", "--momentum", "1.5"], "--momentum: expected a finite number >= 0 and < 1"),
     (["train", "--label-smoothing", "1"], "--label-smoothing"),
@@ -74,14 +76,25 @@ CASES = [
     (["calibrate", "--checkpoint", "x.pt", "--image-size", "300000x400000", "--channels", "1"],
      "--image-size 300000x400000 needs 480 GB for one batch (1 x 1 x 300000 x 400000"),
     (["qat", "--checkpoint", "x.pt", "--image-size", "100000"], "more than this machine's"),
+    # a path component over NAME_MAX: checked once for every path argument (cli/validate.py)
+    *[(argv, "is 300 bytes long, more than a file name may be (255 bytes); use a shorter name")
+      for argv in (["train", "--out", "{long}"], ["train", "--data", "{long}"],
+                   ["export", "--checkpoint", "{long}"],
+                   ["export", "--checkpoint", "x.pt", "--out", "r/{long}/x"],
+                   ["calibrate", "--model", "{long}"], ["compare", "--run", "{long}"],
+                   ["sensitivity", "--checkpoint", "{long}"],
+                   ["trtqat-exec", "--onnx={long}"],
+                   ["trtqat-exec", "--onnx={onnx}", "--exportTimes={long}"],
+                   ["trtqat-exec", "--onnx={onnx}", "--saveEngine={long}"])],
 ]
 
 
-@pytest.mark.parametrize("argv, needle", CASES, ids=[" ".join(c[0][:3]) for c in CASES])
+@pytest.mark.parametrize("argv, needle", CASES,
+                         ids=[" ".join(c[0][:3]).replace("{long}", "LONG") for c in CASES])
 def test_invalid_value_is_one_line(tmp_path, capsys, monkeypatch, conv_onnx, argv, needle):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("not a folder")
-    names = {"tmp": tmp_path, "file": tmp_path / "file", "onnx": conv_onnx}
+    names = {"tmp": tmp_path, "file": tmp_path / "file", "onnx": conv_onnx, "long": "a" * 300}
     before = sorted(p.name for p in tmp_path.iterdir())
     rc, err = run_cli(capsys, [a.format(**names) for a in argv])
     one_error_line(rc, err, needle)
@@ -120,3 +133,76 @@ def test_validators_accept_good_values_and_name_the_bad(tmp_path):
     ]:
         with pytest.raises(v.BadValue, match=re.escape(words)):
             check(text)
+
+
+def test_absurd_lr_is_refused_and_an_overflowing_update_stops_like_a_nan_loss():
+    import torch
+
+    from trtqat.runopts import ConfigError
+    from trtqat.runs.accel import Accel
+    from trtqat.runs.health import NonFiniteLossError
+    from trtqat.stages.train import TrainConfig
+
+    with pytest.raises(ConfigError, match="--lr must be <= 10"):
+        TrainConfig(lr=1e308)  # the Python API's configs: the CLI's bound
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e308)
+    with pytest.raises(NonFiniteLossError, match="overflowed"):  # a clean stop, not a traceback
+        Accel("cpu").backward_step(model(torch.ones(1, 2)).sum(), optimizer)
+
+
+NET = """from torch import nn
+
+def make(num_classes=10):
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(4, num_classes))
+"""
+
+
+@pytest.fixture(scope="module")
+def ptq(tmp_path_factory):
+    """A calibrated run of a one-input, one-output net (16 px images)."""
+    from trtqat.cli import main
+
+    root = tmp_path_factory.mktemp("ptq")
+    (root / "net.py").write_text(NET)
+    assert main(["calibrate", "--model", f"{root / 'net.py'}:make", "--data", "synthetic",
+                 "--image-size", "16", "--num-batches", "1", "--batch-size", "8",
+                 "--limit-batches", "1", "--no-progress", "--method", "max",
+                 "--out", str(root / "ptq")]) == 0
+    return root / "ptq"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--input-names", "a,b"], "--input-names gives 2 name(s) (a, b) for a model with 1 input"),
+    (["--output-names", "a,b"], "--output-names gives 2 name(s) (a, b) for a model with 1 "
+                                "output"),
+    (["--batch", "9999999999"], "--batch/--image-size 16x16 needs 30.7 TB for the example "
+                                "batch (9999999999 x 3 x 16 x 16 x 4 bytes)"),
+])
+def test_export_values_the_model_refuses_are_one_line(ptq, tmp_path, capsys, extra, needle):
+    out = tmp_path / "export"
+    rc, err = run_cli(capsys, ["export", "-c", str(ptq), "--variant", "fp32", "--out", str(out),
+                               "--val-batches", "1", *extra])
+    one_error_line(rc, err, needle)
+    assert not out.exists()  # refused before the folder is made
+
+
+@pytest.mark.parametrize("samples", [1, 9])
+def test_calibration_takes_an_array_smaller_than_or_one_past_a_batch(tmp_path, capsys, samples):
+    """A one-sample .npy (and 9 samples at batch 8, a last batch of one) calibrates: the batch
+    is clipped to the samples and no last batch is dropped (no BatchNorm training here)."""
+    import numpy as np
+
+    from trtqat.runs.checkpoint import load_checkpoint
+
+    (tmp_path / "net.py").write_text(NET)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((samples, 3, 16, 16),
+                                                               dtype=np.float32))
+    out = tmp_path / "ptq"
+    rc, err = run_cli(capsys, ["calibrate", "--model", f"{tmp_path / 'net.py'}:make", "--data",
+                               str(tmp_path / "x.npy"), "--image-size", "16", "--batch-size",
+                               "8", "--no-progress", "--method", "max", "--out", str(out)])
+    assert rc == 0, err
+    state = load_checkpoint(out / "best.pt")["state_dict"]
+    assert float(state["0._input_quantizer._amax"].max()) > 0

@@ -28,7 +28,8 @@ def run_guarded(prog: str, command: Callable[[], int | None]) -> int:
         if exc.errno not in _FILE_SYSTEM:
             raise
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"{prog}: error: cannot write{where}: {exc.strerror or exc}; free some space "
+        print(f"{prog}: error: cannot write{where}: {exc.strerror or exc} (errno "
+              f"{exc.errno}); free some space "
               "or choose another folder", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -343,14 +343,15 @@ def add_accel_args(p: argparse.ArgumentParser) -> None:
 def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:
     """--lr, --min-lr, --momentum, --weight-decay, --opt, --label-smoothing: every default
     None, filled by the model family's recipe (``inherit``: derived from the FP32 run)."""
-    from trtqat.runopts import FP32_DEFAULTS, OPTIMIZERS
+    from trtqat.runopts import FP32_DEFAULTS, MAX_LR, OPTIMIZERS
 
     def cnn(name: str) -> str:
         return f"; CNNs: {FP32_DEFAULTS[name]}"
 
     g = p.add_argument_group("optimizer (default: the model family's recipe"
                              + (", derived from the FP32 run)" if inherit else ")"))
-    g.add_argument("--lr", type=finite_float(gt=0), default=None,
+    g.add_argument("--lr", type=finite_float(gt=0, le=MAX_LR, unit="learning rate"),
+                   default=None,
                    help="peak learning rate (default: "
                    + ("the family's share of the FP32 lr; CNNs: 1%%, ViTs: 15%%)" if inherit
                       else f"the family's{cnn('lr')} SGD (mobilenet_v2: 0.02), ViTs: 0.002 "

@@ -58,9 +58,48 @@ class OneLineParser(argparse.ArgumentParser):
                     return sub._subcommand_parser(ns) if isinstance(sub, OneLineParser) else sub
         return self
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, then every path argument (:data:`PATH_DESTS`) checked for names the
+        file system cannot hold (:func:`path_problem`), as one line, exit 1."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        for dest in sorted(PATH_DESTS & set(vars(namespace))):
+            problem = path_problem(getattr(namespace, dest))
+            if problem:
+                self._bad_value = True
+                flags = [a.option_strings for a in self._actions if a.dest == dest]
+                flag = flags[0][0] if flags and flags[0] else f"--{dest.replace('_', '-')}"
+                self.error(f"argument {flag}: {problem}")
+        return namespace, extras
+
     def error(self, message: str) -> NoReturn:
         self.exit(1 if self._bad_value else 2,
                   f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# the arguments (by dest) of every command that name files or folders
+PATH_DESTS = frozenset({
+    "out", "checkpoint", "model", "onnx", "data", "run", "runs", "fp32_out", "export_dir",
+    "weights", "loadEngine", "saveEngine", "exportTimes", "exportOutput", "exportProfile",
+    "exportLayerInfo", "timingCacheFile", "calibInputs", "loadInputs"})
+NAME_MAX, PATH_MAX = 255, 4096  # bytes, Linux's (and most file systems') limits
+
+
+def path_problem(value: Any) -> str | None:
+    """Why ``value`` (a path, or a list of them) cannot name a file here: a path over
+    PATH_MAX bytes or a component over NAME_MAX bytes (None: fine)."""
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        if not isinstance(text, str):
+            continue
+        size = len(os.fsencode(text))
+        if size >= PATH_MAX:
+            return (f"the path {text[:40]}... is {size} bytes long, more than the system allows "
+                    f"({PATH_MAX - 1}); use a shorter path")
+        for part in text.split(os.sep):
+            size = len(os.fsencode(part))
+            if size > NAME_MAX:
+                return (f"the name {part[:40]}... is {size} bytes long, more than a file name "
+                        f"may be ({NAME_MAX} bytes); use a shorter name")
+    return None
 
 
 def _fail(expected: str, text: str) -> NoReturn:
@@ -149,6 +188,13 @@ def int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _check_path(text: str) -> None:
+    """:class:`BadValue` for a path the file system cannot hold (see :func:`path_problem`)."""
+    problem = path_problem(text)
+    if problem:
+        raise BadValue(problem)
+
+
 def _nearest_existing(path: Path) -> Path:
     path = path.absolute()
     while not path.exists() and path != path.parent:
@@ -172,6 +218,7 @@ def _check_creatable(path: Path, what: str) -> None:
 
 def writable_dir(text: str) -> str:
     """A folder that exists or can be created, and that can be written to."""
+    _check_path(text)
     path = Path(text)
     if not text:
         raise BadValue("expected a folder path, got ''")
@@ -184,6 +231,7 @@ def writable_dir(text: str) -> str:
 
 def writable_file(text: str) -> str:
     """A file path whose folder exists or can be created and written to (not a folder)."""
+    _check_path(text)
     path = Path(text)
     if not text or path.is_dir() or text.endswith(os.sep):
         raise BadValue(f"{path} is a folder; give a file path, e.g. "
@@ -194,6 +242,7 @@ def writable_file(text: str) -> str:
 
 def existing_file(text: str) -> str:
     """A path that names an existing regular file."""
+    _check_path(text)
     path = Path(text)
     if path.is_dir():
         raise BadValue(f"{path} is a folder, not a file; give the file")
@@ -204,6 +253,7 @@ def existing_file(text: str) -> str:
 
 def existing_dir(text: str) -> str:
     """A path that names an existing folder."""
+    _check_path(text)
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise BadValue(f"{path} is a file, not a folder; give the folder")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtqat.engines.errors import InputError
-from trtqat.engines.specs import Shape
+from trtqat.engines.specs import Shape, check_shapes
 from trtqat.finite import describe, first_non_finite
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def engine_feed(engine: Engine, shapes: Mapping[str, Shape] | None = None,
     if found is not None:
         raise InputError(f"input {describe(found)}; engines are timed and checked on finite "
                          "data: fix the input")
-    shapes = dict(shapes or {})
+    shapes = check_shapes(shapes)
     names = [spec.name for spec in engine.inputs]
     for what, named in (("--shapes: ", shapes), ("", given)):
         unknown = sorted(set(named) - set(names))

@@ -121,6 +121,14 @@ def _read_sidecar(path: Path, payload: bytes) -> dict[str, Any] | None:
                     "loading %s without trtqat's metadata", side, path)
         return None
     fix = f"rebuild the engine, or delete {side} to load the file without trtqat's metadata"
+    version = header.get("format_version", SIDECAR_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise EngineFileError(f"{side} has format_version {version!r}, not a version number "
+                              f"(damaged); {fix}")
+    if version > SIDECAR_VERSION:
+        raise EngineFileError(f"{side} has format_version {version}, written by a newer trtqat "
+                              f"(this one reads up to {SIDECAR_VERSION}): upgrade trtqat, or "
+                              "rebuild the engine with this one")
     if (len(payload) != header.get("payload_size")
             or hashlib.sha256(payload).hexdigest() != header.get("payload_sha256")):
         raise EngineFileError(f"{path} does not match its sidecar {side.name} (truncated, "

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from trtqat.atomic import WriteError, probe_write
 from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
 from trtqat.engines.fileformat import KIND_ONNX
@@ -258,6 +259,10 @@ class OrtBuilder(Builder):
             try:
                 session = _create_session(ort, source, so, providers, str(path), disabled)
             except EngineBuildError:
+                if not compiled:  # ORT reports a full disk as INVALID_PROTOBUF: name it
+                    probe_write(optimized, 2 * len(source) + (1 << 16), "no engine was "
+                                "written (ONNX Runtime saves its optimised model there: set "
+                                "TMPDIR to move it)")
                 if not has_float16(model) or FP16_QDQ_FUSIONS in disabled:
                     raise
                 log.info("%s: ONNX Runtime cannot load it with its Q/DQ fusions on float16 "
@@ -384,7 +389,14 @@ class OrtRunner(Runner):
                                         profile_file_prefix=str(Path(tmp) / "ort"))
             for _ in range(iterations):
                 ort_call("the engine", session.run, None, feed)
-            events = json.loads(Path(session.end_profiling()).read_text())
+            trace = Path(session.end_profiling())
+            try:
+                events = json.loads(trace.read_text())
+            except (OSError, ValueError):  # ORT ignores its own write errors: a cut file
+                raise WriteError(f"cannot write ONNX Runtime's layer profile {trace}: it is "
+                                 "cut short (no space left, or a file size limit); free some "
+                                 "space in the temporary folder or set TMPDIR to another one"
+                                 ) from None
         totals: dict[str, float] = defaultdict(float)
         for event in events:
             if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):

@@ -236,7 +236,14 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
     :class:`~trtqat.out_paths.OutputPathError` for an ``out`` that is the input ONNX file or
     an existing file that is not an earlier engine (trtqat replaces only its own files).
     """
-    from trtqat.engines.specs import parse_shapes
+    import dataclasses
+
+    from trtqat.checks import check_keys
+    from trtqat.engines.errors import OptionsError
+    from trtqat.engines.specs import BuildOptions, parse_shapes
+
+    check_keys("BuildOptions", option_kwargs, [f.name for f in dataclasses.fields(BuildOptions)],
+               OptionsError)
 
     if out is not None:  # before the build: nothing is spent on a refused path
         from trtqat.engines.out_check import check_engine_output

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from trtqat.checks import check_config_types
 from trtqat.engines.errors import OptionsError, ShapeError
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,39 @@ def check_shape_memory(name: str, shape: Shape, flag: str, itemsize: int = 4) ->
                          "batch or image size")
 
 
+def check_shape(name: Any, shape: Any, flag: str = "--shapes") -> Shape:
+    """``shape`` as a tuple of ints, each >= 1 and the tensor within this machine's memory;
+    anything else is one :class:`ShapeError` line (the CLI's and the API's shapes alike)."""
+    example = f"{flag}={name}:1x3x224x224 (API: {{{name!r}: (1, 3, 224, 224)}})"
+    if not isinstance(name, str) or not name:
+        raise ShapeError(f"{flag}: input names are strings, got {name!r}; write e.g. {example}")
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ShapeError(f"{flag}: shape of '{name}' must be a sequence of integers, got "
+                         f"{shape!r}; write e.g. {example}")
+    dims = tuple(shape)
+    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims):
+        raise ShapeError(f"{flag}: shape {dims!r} of '{name}' must hold integers only; write "
+                         f"e.g. {example}")
+    if any(d < 1 for d in dims):
+        kind = "a negative" if min(dims) < 0 else "a zero"
+        given = "x".join(map(str, dims))
+        raise ShapeError(f"{flag}: {kind} dimension in '{name}:{given}'; every dimension must "
+                         f"be >= 1, e.g. {example}")
+    dims = tuple(int(d) for d in dims)
+    check_shape_memory(name, dims, flag)
+    return dims
+
+
+def check_shapes(shapes: Any, flag: str = "--shapes") -> dict[str, Shape]:
+    """A ``{name: shape}`` mapping checked by :func:`check_shape` (None: {})."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise ShapeError(f"{flag} must be a dict {{input name: shape}} or a string like "
+                         f"'input:1x3x224x224', got {type(shapes).__name__}")
+    return {name: check_shape(name, shape, flag) for name, shape in shapes.items()}
+
+
 def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
     """Parse trtexec's ``name:1x3x224x224,name2:4x10`` into ``{name: shape}``."""
     shapes: dict[str, Shape] = {}
@@ -62,11 +97,7 @@ def parse_shapes(text: str, flag: str = "--shapes") -> dict[str, Shape]:
         except ValueError:
             raise ShapeError(f"{flag}: '{dims}' for input '{name}' is not like "
                              "1x3x224x224") from None
-        if any(d < 1 for d in shape):
-            kind = "a negative" if min(shape) < 0 else "a zero"
-            raise ShapeError(f"{flag}: {kind} dimension in '{item}'; every dimension must be "
-                             f">= 1, e.g. {flag}={name}:1x3x224x224")
-        check_shape_memory(name, shape, flag)
+        check_shape(name, shape, flag)
         if name in shapes:
             raise ShapeError(f"{flag}: input '{name}' is given twice; give each input once")
         shapes[name] = shape
@@ -216,11 +247,13 @@ class BuildOptions:
     u8s8_guard: bool = True
 
     def __post_init__(self) -> None:
+        check_config_types(self, "BuildOptions", error=OptionsError)  # bools only bool, ...
         for flag, given in (("--shapes", self.shapes), ("--minShapes", self.min_shapes),
                             ("--optShapes", self.opt_shapes), ("--maxShapes", self.max_shapes)):
-            for name, shape in given.items():
-                if not all(isinstance(d, int) and d >= 0 for d in shape):
-                    raise OptionsError(f"{flag}: shape {shape!r} of '{name}' must be ints >= 0")
+            try:
+                check_shapes(given, flag)
+            except ShapeError as exc:
+                raise OptionsError(str(exc)) from None
         if self.profiling_verbosity not in PROFILING_VERBOSITY:
             raise OptionsError(f"--profilingVerbosity must be one of "
                                f"{', '.join(PROFILING_VERBOSITY)}, got {self.profiling_verbosity!r}")

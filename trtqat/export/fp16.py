@@ -43,6 +43,14 @@ def _to_fp16(array: np.ndarray, is_scale: bool) -> np.ndarray:
     return out.astype(np.float16)
 
 
+def check_io_dtype(io_dtype: str) -> None:
+    """Raise :class:`ExportError` unless ``io_dtype`` is one of :data:`IO_DTYPES` (checked
+    for every variant, though only fp16 variants use it)."""
+    if not isinstance(io_dtype, str) or io_dtype not in IO_DTYPES:
+        raise ExportError(f"io_dtype (--io-dtype) {io_dtype!r} is unknown: use one of "
+                          f"{', '.join(IO_DTYPES)}")
+
+
 def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "float32",
                     float32_ops: Sequence[str] = ()) -> onnx.ModelProto:
     """A copy of ``model`` computing in fp16; inputs/outputs in ``io_dtype``.
@@ -51,8 +59,7 @@ def convert_to_fp16(model: onnx.ModelProto, io_dtype: str = "float32",
     a family's fp16-sensitive ops) keep computing in float32 between Casts, and the weights
     only they read stay float32: TensorRT 11 builds those layers in FP32.
     """
-    if io_dtype not in IO_DTYPES:
-        raise ExportError(f"--io-dtype {io_dtype!r} is unknown: use fp32 or fp16")
+    check_io_dtype(io_dtype)
     io_type = IO_DTYPES[io_dtype]
     out = onnx.ModelProto()
     out.CopyFrom(model)

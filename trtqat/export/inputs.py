@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from trtqat.export.errors import ExportError
+from trtqat.sizes import check_image_memory
 
 Inputs = tuple[torch.Tensor, ...]
 
@@ -55,3 +56,25 @@ def validation_inputs(model: nn.Module, data: Iterable | None) -> list[Inputs]:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         out.append(named_inputs(model, x)[0])
     return out
+
+
+def check_io_names(input_names: Any, output_names: Any, inputs: int, outputs: list[str]
+                   ) -> None:
+    """Raise :class:`ExportError` when given ONNX names (``--input-names``,
+    ``--output-names``) are not one per input / output of the model."""
+    for flag, given, have in (("--input-names", input_names, inputs),
+                              ("--output-names", output_names, len(outputs))):
+        if given and len(given) != have:
+            raise ExportError(f"{flag} gives {len(given)} name(s) ({', '.join(given)}) for a "
+                              f"model with {have} {flag[2:-6]}(s); give one name per "
+                              f"{flag[2:-6]}, or leave {flag} out")
+
+
+def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, channels: int = 3,
+                        seed: int = 0) -> torch.Tensor:
+    """A reproducible random image batch ``(batch, channels, height, width)`` (an int size
+    is square); a batch that would not fit in memory is refused before it is allocated."""
+    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+    check_image_memory(image_size, channels, batch, "the example batch", "--batch/--image-size")
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, channels, h, w, generator=gen)

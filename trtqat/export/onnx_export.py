@@ -36,8 +36,14 @@ from trtqat.export.checks import CheckContext, classifier_checks
 from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
-from trtqat.export.fp16 import clip_to_fp16_range, convert_to_fp16
-from trtqat.export.inputs import as_inputs, named_inputs, validation_inputs
+from trtqat.export.fp16 import check_io_dtype, clip_to_fp16_range, convert_to_fp16
+from trtqat.export.inputs import (
+    as_inputs,
+    check_io_names,
+    make_example_inputs,
+    named_inputs,
+    validation_inputs,
+)
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset, lowest_working_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
@@ -225,6 +231,11 @@ class Exporter:
             model, example_inputs, dynamic_batch=dynamic_batch, validation_data=validation_data,
             dynamic_axes=dynamic_axes, fold_bn=fold_bn)
         self.inputs = self.plan.inputs
+        check_io_names(self.plan.input_names, None, len(self.inputs), [])  # before any file
+        if self.plan.output_names:  # counted on a float copy, before any file is written
+            with torch.no_grad():
+                outs = [n for n, _ in flatten(prepare(model, False)(*self.inputs))]
+            check_io_names(None, self.plan.output_names, 0, outs)
         self.dynamic_axes = self.plan.dynamic_axes
         self.dynamic_batch = self.plan.dynamic_batch
         self.batch = self.plan.batch
@@ -257,12 +268,11 @@ class Exporter:
         plan = self.plan
         traced = (fold_batchnorm(reference, example_inputs=self.inputs, notes=self.fold_notes)
                   if plan.fold_bn else reference)
-        ins, outs = plan.input_names, plan.output_names
-        if ins is None or outs is None:
-            with torch.no_grad():
-                sample = traced(*self.inputs)
-            default_ins, _ = io_names(len(self.inputs), 1)
-            ins, outs = ins or default_ins, outs or [n for n, _ in flatten(sample)]
+        with torch.no_grad():
+            sample = [n for n, _ in flatten(traced(*self.inputs))]
+        check_io_names(plan.input_names, plan.output_names, len(self.inputs), sample)
+        ins = plan.input_names or io_names(len(self.inputs), 1)[0]
+        outs = plan.output_names or sample
         self._out_names = list(outs)
         proto = torch_to_onnx(traced, self.inputs, self.dynamic_batch, ins, outs,
                               plan.dynamic_shapes)
@@ -294,6 +304,7 @@ class Exporter:
         """Write one variant to ``path`` (checked first; see :func:`export_onnx`);
         ``metadata`` is added to the file's (next to ``trtqat.variant``, ...)."""
         check_args(variant, opset)
+        check_io_dtype(io_dtype)
         path = Path(path)
         refuse_foreign_onnx(path)  # trtqat replaces only its own exports
         check_writable(path.parent)
@@ -381,15 +392,6 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
                                        for k, v in output_slices.items()}
     return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate,
                            metadata=metadata)
-
-
-def make_example_inputs(image_size: int | tuple[int, int], batch: int = 2, channels: int = 3,
-                        seed: int = 0) -> torch.Tensor:
-    """A reproducible random image batch ``(batch, channels, height, width)`` (an int size
-    is square)."""
-    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, channels, h, w, generator=gen)
 
 
 __all__ = ["EXPORT_OPSET", "ExportPlan", "ExportResult", "Exporter", "as_deployed", "as_inputs",

@@ -33,11 +33,12 @@ def check_quantizers(model: nn.Module) -> int:
             raise ExportError(f"quantizer '{name}' is not calibrated (amax is missing): {hint}")
         if not bool(torch.isfinite(amax).all()):
             raise ExportError(f"quantizer '{name}' has a NaN or infinite amax: {hint}")
+        if bool((amax < 0).any()):  # before the zero check: name the value, not "amax 0"
+            raise ExportError(f"quantizer '{name}' has amax {float(amax.min()):g}, which is "
+                              f"negative (a range is >= 0): {hint}")
         if bool((amax <= 0).all()):
             raise ExportError(f"quantizer '{name}' has amax 0, so it represents nothing: "
                               f"{hint}")
-        if bool((amax < 0).any()):
-            raise ExportError(f"quantizer '{name}' has a negative amax: {hint}")
     return len(active)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trtqat.checks import check_module
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.config import QuantConfig
 from trtqat.quant.model_ops import (
@@ -60,6 +61,7 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
             to compute what it computed before (a module that does not is restored, with a
             NOTE line).
     """
+    check_module(model, "quantize")
     cfg = QuantConfig.of(config)
     if type(model) in FLOAT_TO_QUANT:
         raise QuantConfigError("quantize() takes a model that contains layers, not a single "

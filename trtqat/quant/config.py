@@ -8,12 +8,12 @@ the closest valid key and lists them all.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtqat.errors import QuantConfigError
+from trtqat.checks import check_config_types, check_keys
+from trtqat.errors import QuantConfigError, QuantConfigTypeError
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.modules import FLOAT_TO_QUANT
 
@@ -82,6 +82,8 @@ class QuantConfig:
     num_batches: int | None = None
 
     def __post_init__(self) -> None:
+        # bools only bool, numbers finite and not strings, ...: one line naming the key
+        check_config_types(self, "QuantConfig", error=QuantConfigTypeError)
         for name in ("quant_desc_input", "quant_desc_weight"):
             object.__setattr__(self, name, _descriptor(name, getattr(self, name)))
         for name in ("float_module_list", "skip_layers", "keep_float"):
@@ -122,13 +124,7 @@ class QuantConfig:
         if not isinstance(config, Mapping):
             raise QuantConfigError(f"config must be a QuantConfig or a dict, got "
                                    f"{type(config).__name__}")
-        valid = cls.keys()
-        for key in config:
-            if key not in valid:
-                close = difflib.get_close_matches(str(key), valid, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise QuantConfigError(f"unknown QuantConfig key {key!r}: {hint}valid keys: "
-                                       f"{', '.join(valid)}")
+        check_keys("QuantConfig", config, cls.keys(), QuantConfigError)
         return cls(**dict(config))
 
     def input_descriptor(self) -> QuantDescriptor:

@@ -157,7 +157,22 @@ class Accel:
 
     def backward_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
                       clip: tuple[Iterable[torch.Tensor], float] | None = None) -> None:
-        """Backward and optimizer step (scaled for fp16); ``clip=(params, max_norm)``."""
+        """Backward and optimizer step (scaled for fp16); ``clip=(params, max_norm)``. An
+        update that overflows float (an absurd learning rate) is a
+        :class:`~trtqat.runs.health.NonFiniteLossError`, stopped like a NaN loss."""
+        try:
+            self._backward_step(loss, optimizer, clip)
+        except RuntimeError as exc:
+            if "overflow" not in str(exc):
+                raise
+            from trtqat.runs.health import NonFiniteLossError
+
+            lr = optimizer.param_groups[0].get("lr")
+            raise NonFiniteLossError(f"the weight update overflowed (learning rate {lr:g}): "
+                                     f"{str(exc).splitlines()[0]}") from None
+
+    def _backward_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                       clip: tuple[Iterable[torch.Tensor], float] | None) -> None:
         if self.scaler is None:
             loss.backward()
             if clip is not None:

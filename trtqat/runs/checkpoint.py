@@ -156,6 +156,19 @@ def _check_fields(path: Path, ckpt: dict[str, Any]) -> None:
             problem = f"its 'model' entry lacks {' or '.join(repr(k) for k in keys)}"
         elif not isinstance(ckpt.get("state_dict"), dict):
             problem = "no 'state_dict' (the model weights)"
+        else:
+            _check_amax(path, ckpt["state_dict"])
     if problem:
         raise CheckpointError(f"{path} is an incomplete trtqat checkpoint ({problem}): pass a "
                               ".pt written by trtqat train/calibrate/qat, unmodified")
+
+
+def _check_amax(path: Path, state: dict[str, Any]) -> None:
+    """Refuse a quantizer range (``*._amax``) below zero, naming the value."""
+    for key, value in state.items():
+        if key.endswith("_amax") and isinstance(value, torch.Tensor) and value.numel() \
+                and value.is_floating_point() and bool((value < 0).any()):
+            name = key.rsplit(".", 1)[0]
+            raise CheckpointError(f"{path}: quantizer '{name}' has amax {float(value.min()):g}, "
+                                  "which is negative (a range is >= 0): calibrate again "
+                                  "(`trtqat calibrate`) or pass an unmodified checkpoint")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -44,12 +45,17 @@ def finite_checkpoint(path: Path) -> bool:
     return first_non_finite(ckpt["state_dict"].items()) is None and math.isfinite(float(loss))
 
 
-def kept_message(out: Path) -> str:
-    """What a NaN stop leaves in the run folder ``out``, checked, in one sentence."""
+def kept_message(out: Path, run: Any = None) -> str:
+    """What a NaN stop leaves in the run folder ``out``, checked, in one sentence. Without
+    any checkpoint, ``run`` (its :class:`~trtqat.runs.run_dir.RunDir`) is discarded: a
+    stopped run leaves no half-written folder behind."""
     for name in ("last.pt", "best.pt"):
         path = Path(out) / name
         if path.is_file() and finite_checkpoint(path):
             return f"The last finite checkpoint is kept: {path}."
     if any((Path(out) / n).is_file() for n in ("last.pt", "best.pt")):
         return f"No finite checkpoint is left in {out}."
+    if run is not None:
+        run.discard()
+        return "No epoch finished, so no checkpoint was written (and no run folder is left)."
     return "No epoch finished, so no checkpoint was written."

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from trtqat.finite import check_finite_arrays
-from trtqat.runopts import OPTIMIZERS, ConfigError, check_positive, flag
+from trtqat.runopts import MAX_LR, OPTIMIZERS, ConfigError, check_positive, flag
 from trtqat.runs import accel
 from trtqat.runs import distributed as D
 from trtqat.runs.checkpoint import CheckpointError, load_checkpoint
@@ -109,6 +109,9 @@ def check_schedule(cfg: Any) -> None:
     if smoothing is not None and not 0.0 <= smoothing < 1.0:
         raise ConfigError(f"--label-smoothing must be in [0, 1), got {smoothing}")
     lr, min_lr = getattr(cfg, "lr", None), getattr(cfg, "min_lr", None)
+    if lr is not None and lr > MAX_LR:
+        raise ConfigError(f"--lr must be <= {MAX_LR:g} (a learning rate that large diverges), "
+                          f"got {lr:g}; use e.g. 0.01")
     if lr is not None and min_lr is not None and min_lr >= lr:
         raise ConfigError(f"--min-lr ({min_lr}) must be below --lr ({lr})")
 

@@ -33,6 +33,12 @@ from trtqat.runs.ownership import (
 log = logging.getLogger(__name__)
 
 
+def _json_safe(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with NaN and infinity as null (they are not JSON)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in record.items()}
+
+
 class RunDirError(TrtqatError, RuntimeError):
     """The run folder cannot be used as asked (already holds a run, nothing to resume)."""
 
@@ -107,19 +113,40 @@ class RunDir:
         if self._want_tb:
             self._tb = _summary_writer(self.path / TB)
 
-    def truncate_metrics(self, stage: str, epoch: int) -> None:
-        """Drop metric lines of ``stage`` written after ``epoch`` (a run killed mid-save)."""
+    def truncate_metrics(self, stage: str, epoch: int, record: dict | None = None) -> None:
+        """Drop metric lines of ``stage`` written after ``epoch`` (a run killed mid-save;
+        those epochs run again and log their records anew). A torn last line (a killed
+        write) is dropped with a WARNING; ``record`` (the resumed checkpoint's metrics of
+        ``epoch``) is written back when its line is missing. Any other damage (binary
+        data, a line that is not a record) is a :class:`RunDirError` naming the file."""
         if not self.enabled or not self.file(METRICS).is_file():
             return
         kept = []
         path = self.file(METRICS)
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        fix = (f"restore {path.name} from a backup, or move it away to resume without its "
+               "history")
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            text = "\0"
+        if "\0" in text:
+            raise RunDirError(f"--resume: {path} holds binary data, not JSON lines of metrics "
+                              f"(overwritten or damaged); {fix}")
+        lines = text.splitlines()
+        last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a line cut short by a crash
+                if number == last and line.lstrip().startswith("{"):
+                    log.warning("--resume: dropped the last line of %s, cut short by a "
+                                "killed write (%r...); its epoch runs again", path, line[:40])
+                    continue
+                raise RunDirError(f"--resume: {path} line {number} is not JSON "
+                                  f"({line.strip()[:40]!r}): the file is damaged; {fix}"
+                                  ) from None
             try:
                 later = rec.get("stage") == stage and int(rec.get("epoch", 0)) > epoch
             except (AttributeError, TypeError, ValueError):
@@ -129,6 +156,12 @@ class RunDir:
                                   "to resume") from None
             if not later:
                 kept.append(line)
+            if rec.get("stage") == stage and rec.get("epoch") == epoch:
+                record = None  # the resumed epoch's line is there
+        if isinstance(record, dict) and record.get("stage") == stage and epoch > 0:
+            log.warning("--resume: %s lacked the record of %s epoch %d; rewritten from the "
+                        "checkpoint", path, stage, epoch)
+            kept.append(json.dumps(_json_safe(record)))
         _atomic_write_text(self.file(METRICS), "".join(k + "\n" for k in kept))
 
     def log_metrics(self, record: dict[str, Any]) -> None:
@@ -136,8 +169,7 @@ class RunDir:
         if not self.enabled:
             return
         try:
-            line = json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
-                               for k, v in record.items()})  # NaN is not JSON: null
+            line = json.dumps(_json_safe(record))
             with open(self.file(METRICS), "a") as f:
                 f.write(line + "\n")
                 f.flush()

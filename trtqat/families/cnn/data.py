@@ -244,8 +244,10 @@ def _dist_info(distributed: bool) -> tuple[int, int]:
 
 
 def make_loader(dataset: Dataset, batch_size: int = 64, workers: int = 0, seed: int = 0,
-                distributed: bool = False, train: bool = True) -> DataLoader:
+                distributed: bool = False, train: bool = True, keep_last: bool = False
+                ) -> DataLoader:
     """A loader over ``dataset``: seeded per-epoch shuffle (``train``) or fixed order.
+    ``keep_last``: keep a final batch of one sample (calibration: no BatchNorm training).
 
     With ``distributed``, each rank reads its shard (a seeded ``DistributedSampler`` when
     ``train``, an unpadded strided shard otherwise, so evaluation counts every image once).
@@ -267,7 +269,8 @@ def make_loader(dataset: Dataset, batch_size: int = 64, workers: int = 0, seed: 
     # A final batch of one sample would break BatchNorm in training.
     per_rank = math.ceil(len(dataset) / world)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler,
-                      drop_last=train and per_rank % batch_size == 1, num_workers=workers,
+                      drop_last=train and not keep_last and per_rank % batch_size == 1,
+                      num_workers=workers,
                       pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
 
 

@@ -119,8 +119,10 @@ class CNNFamily(ModelFamily):
             context["data"], prep, cfg.seed, num_classes=context.get("num_classes"),
             strict=cfg.strict)
         val = None if val_ds is None else make_loader(val_ds, batch, train=False, **common)
-        return StageData(make_loader(train_ds, batch, train=True, **common), val, classes,
-                         {"prep": prep})
+        # calibration takes what there is: a batch clipped to the samples, none dropped
+        calib_batch = max(1, min(batch, len(train_ds)))
+        return StageData(make_loader(train_ds, calib_batch, train=True, keep_last=True,
+                                     **common), val, classes, {"prep": prep})
 
     def recipe(self, stage: str, cfg: StageConfig | None, source: dict[str, Any] | None = None
                ) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
         st.run = run = RunDir(out, enabled=ctx.is_main)
         run.start(args, resume=cfg.resume)
         if cfg.resume:
-            run.truncate_metrics("fp32", start)
+            run.truncate_metrics("fp32", start, (resume_ckpt or {}).get("metrics"))
             log.info("resuming %s at epoch %d/%d", out, start, cfg.epochs)
 
         def make_payload(epoch: int, record: dict, best_top1: float, wall_s: float) -> dict:
@@ -76,7 +76,7 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
                          wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
                          stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr or "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr or "
                                      "lengthen --warmup-epochs and start again (--overwrite)"
                                      ) from None
         return StageResult("train", str(out), result["last"],

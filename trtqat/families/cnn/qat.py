@@ -123,7 +123,7 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
         extra = {"calib": src.get("calib"), "train_args": train_args}
         if cfg.resume:
             run.start(args, resume=True)
-            run.truncate_metrics("qat", start)
+            run.truncate_metrics("qat", start, (resume_ckpt or {}).get("metrics"))
         else:
             t0 = time.perf_counter()
             va = evaluate(fast, batches.val, ctx, criterion=criterion, limit=cfg.limit_batches,
@@ -150,7 +150,7 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
                          payload=make_payload, limit=cfg.limit_batches,
                          stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return StageResult("qat", str(out), result["last"],
                            best=top1_or_none(result["best_top1"]), before=start_top1)

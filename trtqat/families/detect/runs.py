@@ -102,7 +102,7 @@ def train_detector(cfg: TrainConfig, family: Any) -> StageResult:
         st.run = run = RunDir(out, enabled=ctx.is_main)
         run.start(args, resume=cfg.resume)
         if cfg.resume:
-            run.truncate_metrics("fp32", start)
+            run.truncate_metrics("fp32", start, (resume_ckpt or {}).get("metrics"))
 
         def payload(epoch: int, record: dict, best_map: float, wall_s: float) -> dict:
             return R.payload(stage="fp32", model=model, spec=spec, epoch=epoch, args=args,
@@ -116,7 +116,7 @@ def train_detector(cfg: TrainConfig, family: Any) -> StageResult:
                               best=best, wall_offset=wall, limit=cfg.limit_batches,
                               progress=cfg.progress)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return _result("train", out, result)
 
@@ -292,6 +292,6 @@ def qat_detector(cfg: QATConfig, family: Any, src: dict[str, Any]) -> StageResul
                               limit=cfg.limit_batches, teacher=teacher, distill=r["distill"],
                               progress=cfg.progress)
         except NonFiniteLossError as exc:
-            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out)} Lower --lr and start "
+            raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr and start "
                                      "again (--overwrite)") from None
         return _result("qat", out, result, before=start["map"])
