@@ -10,12 +10,10 @@ before it returns (:mod:`trtqat.engines.ort_run`); the same inputs give the same
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import platform
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from trtqat.atomic import WriteError, probe_write
+from trtqat.atomic import probe_write
 from trtqat.engines.base import Builder, Engine, Runner
 from trtqat.engines.errors import BackendUnavailableError, EngineBuildError, EngineFileError
 from trtqat.engines.fileformat import KIND_ONNX
@@ -34,7 +32,7 @@ from trtqat.engines.onnx_io import (
     onnx_output_specs,
     ort_disabled_optimizers,
 )
-from trtqat.engines.ort_run import first_inference, ort_call
+from trtqat.engines.ort_run import first_inference, layer_times, ort_call
 from trtqat.engines.specs import (
     PRECISION_FLAGS,
     PROVIDERS,
@@ -389,19 +387,4 @@ class OrtRunner(Runner):
                                         profile_file_prefix=str(Path(tmp) / "ort"))
             for _ in range(iterations):
                 ort_call("the engine", session.run, None, feed)
-            trace = Path(session.end_profiling())
-            try:
-                events = json.loads(trace.read_text())
-            except (OSError, ValueError):  # ORT ignores its own write errors: a cut file
-                raise WriteError(f"cannot write ONNX Runtime's layer profile {trace}: it is "
-                                 "cut short (no space left, or a file size limit); free some "
-                                 "space in the temporary folder or set TMPDIR to another one"
-                                 ) from None
-        totals: dict[str, float] = defaultdict(float)
-        for event in events:
-            if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
-                name = event["name"][: -len("_kernel_time")]
-                op = event.get("args", {}).get("op_name", "")
-                totals[f"{name} [{op}]" if op else name] += event.get("dur", 0) / 1000.0
-        return dict(sorted(((k, v / iterations) for k, v in totals.items()),
-                           key=lambda kv: -kv[1]))
+            return layer_times(Path(session.end_profiling()), iterations)

@@ -9,7 +9,10 @@ the engine's input shapes, and refuses an engine that fails it.
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -85,4 +88,25 @@ def first_inference(session: Any, inputs: Sequence[TensorSpec],
     return source
 
 
-__all__ = ["check_feed", "first_inference", "first_line", "ort_call"]
+def layer_times(trace: Path, iterations: int) -> dict[str, float]:
+    """Mean milliseconds per node (``name [op]``), slowest first, from an ORT profile trace
+    of ``iterations`` runs. A trace cut short (ORT ignores its own write errors) is a
+    one-line :class:`~trtqat.atomic.WriteError`."""
+    from trtqat.atomic import WriteError
+
+    try:
+        events = json.loads(trace.read_text())
+    except (OSError, ValueError):
+        raise WriteError(f"cannot write ONNX Runtime's layer profile {trace}: it is cut short "
+                         "(no space left, or a file size limit); free some space in the "
+                         "temporary folder or set TMPDIR to another one") from None
+    totals: dict[str, float] = defaultdict(float)
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            name = event["name"][: -len("_kernel_time")]
+            op = event.get("args", {}).get("op_name", "")
+            totals[f"{name} [{op}]" if op else name] += event.get("dur", 0) / 1000.0
+    return dict(sorted(((k, v / iterations) for k, v in totals.items()), key=lambda kv: -kv[1]))
+
+
+__all__ = ["check_feed", "first_inference", "first_line", "layer_times", "ort_call"]
