@@ -39,10 +39,13 @@ class EncoderFamily(ModelFamily):
         return model == MINILM or "/" in model or Path(model).expanduser().is_dir()
 
     def claims_module(self, model: nn.Module) -> bool:
-        """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`."""
+        """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`, a Hugging Face
+        encoder (``BertModel``, ``DistilBertModel``, ``RobertaModel``, ``ViTModel``, ...:
+        not a decoder), or any module whose ``forward`` takes ``input_ids`` first."""
+        from trtqat.families.encoder.hf_module import takes_token_ids
         from trtqat.families.encoder.minilm import SentenceEncoder
 
-        return isinstance(model, SentenceEncoder)
+        return isinstance(model, SentenceEncoder) or takes_token_ids(model)
 
     def claims_onnx(self, input_names: Sequence[str]) -> bool:
         """Token ids in: a sentence encoder's file (trtqat.families.encoder.export names them)."""

@@ -1,0 +1,93 @@
+"""An in-memory Hugging Face encoder is the encoder family: dynamic batch and sequence,
+its own output names, a cosine check at export and at engine build (issue 34)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import trtqat
+from trtqat import families
+
+transformers = pytest.importorskip("transformers")
+
+TINY = {"vocab_size": 100, "max_position_embeddings": 64}
+
+
+def _distilbert():
+    torch.manual_seed(0)
+    return transformers.DistilBertModel(transformers.DistilBertConfig(
+        dim=32, n_layers=2, n_heads=2, hidden_dim=64, **TINY)).eval()
+
+
+def _tokens(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[-1, length // 2:] = 0  # a padded row
+    return {"input_ids": torch.randint(5, 100, (batch, length), generator=g),
+            "attention_mask": mask}
+
+
+class _TokenModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 8)
+
+    def forward(self, input_ids, attention_mask):
+        return self.emb(input_ids) * attention_mask.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("build, encoder", [
+    (lambda: transformers.BertModel(transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        **TINY)), True),
+    (lambda: transformers.RobertaModel(transformers.RobertaConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        **TINY)), True),
+    (lambda: transformers.ViTModel(transformers.ViTConfig(
+        image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=64)), True),
+    (_TokenModel, True),
+    (lambda: transformers.GPT2Model(transformers.GPT2Config(
+        vocab_size=100, n_embd=32, n_layer=1, n_head=2)), False),  # a decoder
+    (lambda: nn.Sequential(nn.Linear(4, 4)), False),
+])
+def test_the_family_of_a_module_is_what_it_is(build, encoder):
+    assert (families.of_module(build()).name == "encoder") is encoder
+
+
+def test_a_distilbert_from_a_config_exports_as_an_encoder(tmp_path):
+    model = _distilbert()
+    enc = _tokens(2, 32)
+    trtqat.quantize(model, forward_loop=lambda m: m(**enc))
+    result = trtqat.export_onnx(model, enc, tmp_path / "distil.onnx", "int8")
+    assert result.passed and set(result.dynamic_axes) == {"batch", "sequence"}
+    cosine = [c for c in result.checks if c.name.startswith("output 'last_hidden_state'")]
+    assert cosine and "cosine mean" in cosine[0].detail
+
+    proto = onnx.load(str(result.path))
+    meta = {p.key: p.value for p in proto.metadata_props}
+    assert meta["trtqat.family"] == "encoder" and meta["trtqat.task"] == "feature-extraction"
+    assert [o.name for o in proto.graph.output] == ["last_hidden_state"]
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():  # two other batch sizes and sequence lengths than the example
+        for batch, length in ((1, 7), (3, 20)):
+            feed = _tokens(batch, length, seed=length)
+            got = session.run(None, {k: v.numpy() for k, v in feed.items()})[0]
+            want = model(**feed).last_hidden_state.numpy()
+            keep = feed["attention_mask"].numpy().astype(bool)
+            assert got.shape == (batch, length, 32)
+            np.testing.assert_allclose(got[keep], want[keep], atol=1e-3)
+
+    feeds = [{k: v.numpy() for k, v in _tokens(2, n, seed=n).items()} for n in (9, 17)]
+    engine = trtqat.build_engine(result.path, "ort", calib_feeds=feeds)
+    built = {p.key: p.value for p in onnx.load_from_string(engine.payload).metadata_props}
+    agreement = json.loads(built["trtqat.cpu_reencode"])["agreement"]
+    assert agreement["metric"] == "cosine" and agreement["mean_cosine"] > 0.98
+
