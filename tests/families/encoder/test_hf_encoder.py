@@ -14,6 +14,7 @@ from torch import nn
 
 import trtqat
 from trtqat import families
+from trtqat.cli import main
 
 transformers = pytest.importorskip("transformers")
 
@@ -91,3 +92,36 @@ def test_a_distilbert_from_a_config_exports_as_an_encoder(tmp_path):
     agreement = json.loads(built["trtqat.cpu_reencode"])["agreement"]
     assert agreement["metric"] == "cosine" and agreement["mean_cosine"] > 0.98
 
+
+def test_a_model_folder_without_a_tokenizer_is_refused_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "distil"
+    _distilbert().save_pretrained(folder)
+    capsys.readouterr()  # transformers' progress bar
+    rc = main(["calibrate", "--model", str(folder), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "holds no tokenizer" in err and "save_pretrained" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_distilbert_folder_goes_through_calibrate_and_export(tmp_path, capsys):
+    from tiny_bert import SPECIALS
+
+    folder = tmp_path / "distil"
+    _distilbert().save_pretrained(folder)
+    words = "the a model runs quantized matrix products in eight bit integers".split()
+    vocab = {t: i for i, t in enumerate([*SPECIALS, ".", *words])}
+    transformers.DistilBertTokenizer(vocab=vocab).save_pretrained(folder)
+    run, out = tmp_path / "ptq", tmp_path / "onnx"
+    assert main(["calibrate", "--model", str(folder), "--method", "max", "--num-sentences",
+                 "8", "--max-length", "16", "--batch-size", "8", "--no-progress",
+                 "--out", str(run)]) == 0
+    assert main(["export", "-c", str(run), "--variant", "int8", "--max-length", "12",
+                 "--out", str(out)]) == 0
+    assert "cosine mean" in capsys.readouterr().out
+    proto = onnx.load(str(next(out.glob("*-int8.onnx"))))
+    assert {p.key: p.value for p in proto.metadata_props}["trtqat.family"] == "encoder"
+    dims = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim]
+            for i in proto.graph.input}
+    assert dims == {"input_ids": ["batch", "sequence"],
+                    "attention_mask": ["batch", "sequence"]}  # no token_type_ids
