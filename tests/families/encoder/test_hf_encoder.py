@@ -125,3 +125,24 @@ def test_a_distilbert_folder_goes_through_calibrate_and_export(tmp_path, capsys)
             for i in proto.graph.input}
     assert dims == {"input_ids": ["batch", "sequence"],
                     "attention_mask": ["batch", "sequence"]}  # no token_type_ids
+
+
+def test_the_token_check_leaves_padding_out_but_not_its_nans():
+    from trtqat.export.checks import CheckContext
+    from trtqat.families.encoder.hf_module import token_checks
+
+    ids, mask = torch.ones(2, 4, dtype=torch.long), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    ref = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(np.float32)
+    context = CheckContext(names=["last_hidden_state"], batches=[(ids, mask)])
+
+    def check(got):
+        return token_checks("int8", [[ref]], [[got]], context, mask_index=1)[0]
+
+    padded = ref.copy()
+    padded[1, 2:] = -padded[1, 2:]  # padding tokens: whatever the model computes there
+    assert check(ref).passed and check(padded).passed and "6 rows" in check(padded).detail
+    broken = ref.copy()
+    broken[0, 1] = -broken[0, 1]  # a real token
+    assert not check(broken).passed
+    padded[1, 3, 0] = np.nan
+    assert not check(padded).passed and "non-finite" in check(padded).detail

@@ -107,10 +107,15 @@ def token_checks(variant: str, reference: Any, candidate: Any, context: CheckCon
         if not pairs or any(not np.issubdtype(r.dtype, np.floating) or r.ndim == 0
                             for _, r in pairs):
             continue
+        bad = sum(int((~np.isfinite(g)).sum()) for g, _ in pairs)  # padding tokens too
         if mask_index is not None:
             pairs = [_kept(g, r, batch[mask_index]) for (g, r), batch
                      in zip(pairs, context.batches)]
-        checks.append(fidelity_check(variant, name, pairs, shapes, unit="rows", axes=axes))
+        check = fidelity_check(variant, name, pairs, shapes, unit="rows", axes=axes)
+        if bad:
+            check = val.Check(check.name, False, f"{bad} non-finite value(s) from ONNX Runtime "
+                              f"(padding tokens included); {check.detail}")
+        checks.append(check)
     if variant_row(variant).int8 and context.traced is not None and context.onnx_path:
         from trtqat.export.qdq_check import check_qdq_inventory
 
