@@ -146,3 +146,15 @@ def test_the_token_check_leaves_padding_out_but_not_its_nans():
     assert not check(broken).passed
     padded[1, 3, 0] = np.nan
     assert not check(padded).passed and "non-finite" in check(padded).detail
+
+
+def test_a_sequence_past_robertas_positions_is_refused_before_export(tmp_path):
+    from trtqat.export import ExportError
+
+    torch.manual_seed(0)
+    model = transformers.RobertaModel(transformers.RobertaConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        **TINY)).eval()  # positions count from padding_idx + 1: 62 tokens at most
+    with pytest.raises(ExportError, match="exceeds the encoder's 62 positions"):
+        trtqat.export_onnx(model, _tokens(2, 63), tmp_path / "r.onnx", "fp32")
+    assert not (tmp_path / "r.onnx").exists()

@@ -39,10 +39,16 @@ DEFAULT_SHAPES = ((2, 16), (3, 9))
 
 
 def max_positions(model: nn.Module) -> int | None:
-    """The longest sequence the encoder takes (its position embeddings), if it says."""
-    config = getattr(getattr(model, "backbone", model), "config", None)
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if value else None
+    """The longest sequence the encoder takes (its position embeddings), if it says; less
+    the positions up to the padding index where they count from it (RoBERTa: 2)."""
+    backbone = getattr(model, "backbone", model)
+    value = getattr(getattr(backbone, "config", None), "max_position_embeddings", None)
+    if not value:
+        return None
+    table = getattr(getattr(backbone, "embeddings", None), "position_embeddings", None)
+    pad = getattr(table, "padding_idx", None)
+    return int(value) - (int(pad) + 1 if isinstance(table, nn.Embedding) and pad is not None
+                         else 0)
 
 
 def check_shapes(shapes: Sequence[tuple[int, int]], limit: int | None) -> list[tuple[int, int]]:
