@@ -129,7 +129,7 @@ def test_a_distilbert_folder_goes_through_calibrate_and_export(tmp_path, capsys)
 
 def test_the_token_check_leaves_padding_out_but_not_its_nans():
     from trtqat.export.checks import CheckContext
-    from trtqat.families.encoder.hf_module import token_checks
+    from trtqat.families.encoder.hf_export import token_checks
 
     ids, mask = torch.ones(2, 4, dtype=torch.long), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     ref = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(np.float32)

@@ -42,7 +42,7 @@ class EncoderFamily(ModelFamily):
         """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`, a Hugging Face
         encoder (``BertModel``, ``DistilBertModel``, ``RobertaModel``, ``ViTModel``, ...:
         not a decoder), or any module whose ``forward`` takes ``input_ids`` first."""
-        from trtqat.families.encoder.hf_module import takes_token_ids
+        from trtqat.families.encoder.hf_models import takes_token_ids
         from trtqat.families.encoder.minilm import SentenceEncoder
 
         return isinstance(model, SentenceEncoder) or takes_token_ids(model)

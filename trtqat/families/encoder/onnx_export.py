@@ -105,10 +105,10 @@ def module_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = 
     cut to half the tokens (a second shape) and on ``validation_data`` (more tokenizer
     outputs). A :class:`SentenceEncoder` is checked by ``checks``; a Hugging Face encoder
     (``BertModel``, ``ViTModel``, ...) or other token model keeps its own output names and
-    is checked by the cosine of every output (``hf_module.hf_plan``; its other inputs, such
+    is checked by the cosine of every output (``hf_export.hf_plan``; its other inputs, such
     as ``pixel_values``, have a dynamic batch only). ``fold_bn`` does not apply."""
     from trtqat.export.inputs import named_inputs, validation_inputs
-    from trtqat.families.encoder.hf_module import hf_plan, is_token_input
+    from trtqat.families.encoder.hf_export import hf_plan, is_token_input
     from trtqat.families.encoder.minilm import SentenceEncoder
 
     sentence = isinstance(model, SentenceEncoder)

@@ -1,10 +1,7 @@
-"""In-memory Hugging Face encoders (``BertModel``, ``DistilBertModel``, ``RobertaModel``,
-``ViTModel``, ... built with ``from_config`` or ``from_pretrained``) and other token models.
+"""The ONNX export of an in-memory Hugging Face encoder (``BertModel``, ``DistilBertModel``,
+``RobertaModel``, ``ViTModel``, ...) or other token model (``hf_models`` tells them apart).
 
-What makes a model an encoder is what it is, not how it was built: a ``transformers``
-``PreTrainedModel`` whose config is neither a decoder nor an encoder-decoder (and whose
-architecture is not decoder-only, such as GPT-2 or Llama), or any module whose ``forward``
-takes ``input_ids`` first. Such a model is exported with every 2-D token input (``input_ids``,
+Such a model is exported with every 2-D token input (``input_ids``,
 ``attention_mask``, ``token_type_ids``, ...) dynamic in batch and sequence, every other input
 (``pixel_values``) dynamic in batch, its outputs named as the model names them
 (``last_hidden_state``, ``pooler_output``), and each float output checked by cosine against
@@ -14,8 +11,6 @@ PyTorch on the tokens the attention mask keeps.
 from __future__ import annotations
 
 import functools
-import inspect
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +23,7 @@ from trtqat.export import validate as val
 from trtqat.export.checks import CheckContext, fidelity_check
 from trtqat.export.errors import ExportError
 from trtqat.export.onnx_export import ExportPlan
+from trtqat.families.encoder.hf_models import forward_params
 from trtqat.outputs import flatten
 from trtqat.variants import variant as variant_row
 
@@ -35,41 +31,6 @@ BATCH_AXIS, SEQUENCE_AXIS = "batch", "sequence"
 TOKEN_TASK = "feature-extraction"     # hidden states: the engines check them by cosine
 CLASSIFIER_TASK = "classification"    # a head's logits: the engines check top-1
 MASK_INPUT = "attention_mask"
-
-
-def is_hf_encoder(model: Any) -> bool:
-    """True for a ``transformers.PreTrainedModel`` that is an encoder (not a decoder, not an
-    encoder-decoder, not of a decoder-only architecture); False without transformers."""
-    transformers = sys.modules.get("transformers")  # a model of it means it is imported
-    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
-        return False
-    config = model.config
-    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
-        return False
-    from transformers.models.auto import modeling_auto
-
-    kind = getattr(config, "model_type", "")
-    decoder_only = (kind in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-                    and kind not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
-    return not decoder_only
-
-
-def forward_params(model: nn.Module) -> list[str]:
-    """The names of ``model.forward``'s explicit arguments, in order."""
-    try:
-        params = inspect.signature(model.forward).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
-def takes_token_ids(model: nn.Module) -> bool:
-    """True when ``model.forward`` takes ``input_ids`` first (a token model); a
-    ``transformers`` model only when :func:`is_hf_encoder`."""
-    transformers = sys.modules.get("transformers")
-    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
-        return is_hf_encoder(model)
-    return forward_params(model)[:1] == ["input_ids"]
 
 
 def is_token_input(t: torch.Tensor) -> bool:
@@ -156,5 +117,5 @@ def hf_plan(model: nn.Module, inputs: tuple[torch.Tensor, ...], names: list[str]
                                 "trtqat.outputs": ",".join(outs)})
 
 
-__all__ = ["TOKEN_TASK", "dynamic_shapes", "forward_params", "hf_plan", "is_hf_encoder",
-           "is_token_input", "output_names", "takes_token_ids", "token_checks"]
+__all__ = ["TOKEN_TASK", "dynamic_shapes", "hf_plan", "is_token_input", "output_names",
+           "token_checks"]
