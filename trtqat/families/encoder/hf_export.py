@@ -47,9 +47,11 @@ def dynamic_shapes(inputs: Sequence[torch.Tensor], max_sequence: int | None
 
 
 def output_names(model: nn.Module, inputs: Sequence[torch.Tensor]) -> list[str]:
-    """The model's output names (``last_hidden_state``, ...), from one forward pass."""
+    """The model's output names (``last_hidden_state``, ...), from one forward pass (on the
+    model's device)."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
     with torch.no_grad():
-        out = model(*inputs)
+        out = model(*(t.to(device) for t in inputs))
     return [name for name, _ in flatten(out)]
 
 
