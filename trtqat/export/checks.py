@@ -73,14 +73,16 @@ def embedding_checks(variant: str, reference: Outputs, candidate: Outputs,
 
 
 def fidelity_check(variant: str, name: str, pairs: Sequence[tuple[np.ndarray, np.ndarray]],
-                   shapes: Sequence[tuple[int, ...]]) -> val.Check:
+                   shapes: Sequence[tuple[int, ...]], unit: str = "sentences",
+                   axes: str = "batch x sequence") -> val.Check:
     """One line: max abs diff and the mean/min cosine of ORT vs PyTorch embeddings (the mean
-    must reach :data:`MIN_MEAN_COSINE`, every sentence :data:`MIN_COSINE`)."""
+    must reach :data:`MIN_MEAN_COSINE`, every row, a sentence or a token (``unit``),
+    :data:`MIN_COSINE`); ``shapes``: each batch's ``axes``."""
     title = f"output '{name}' vs PyTorch" + (" fake-quant" if variant_row(variant).int8 else "")
     for (got, ref), shape in zip(pairs, shapes):
         if got.shape != ref.shape:
             return val.Check(title, False, f"shape {got.shape} from ONNX Runtime, {ref.shape} "
-                             f"from PyTorch at (batch, sequence) {shape}")
+                             f"from PyTorch at {axes} {shape}")
     cos = np.concatenate([row_cosines(g, r) for g, r in pairs])
     max_abs = max(float(np.abs(g - r).max(initial=0.0)) for g, r in pairs)
     tol, mean_tol = MIN_COSINE[variant], MIN_MEAN_COSINE[variant]
@@ -92,4 +94,4 @@ def fidelity_check(variant: str, name: str, pairs: Sequence[tuple[np.ndarray, np
         ok = ok and max_abs <= FP32_MAX_ABS
         detail += f" (<= {FP32_MAX_ABS:.0e})"
     shown = ", ".join("x".join(str(d) for d in s) for s in shapes)
-    return val.Check(title, ok, f"{detail}; {len(cos)} sentences at batch x sequence {shown}")
+    return val.Check(title, ok, f"{detail}; {len(cos)} {unit} at {axes} {shown}")

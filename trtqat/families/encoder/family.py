@@ -41,10 +41,13 @@ class EncoderFamily(ModelFamily):
             Path(model).expanduser() / "config.json") == "file"
 
     def claims_module(self, model: nn.Module) -> bool:
-        """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`."""
+        """A :class:`~trtqat.families.encoder.minilm.SentenceEncoder`, a Hugging Face
+        encoder (``BertModel``, ``DistilBertModel``, ``RobertaModel``, ``ViTModel``, ...:
+        not a decoder), or any module whose ``forward`` takes ``input_ids`` first."""
+        from trtqat.families.encoder.hf_models import takes_token_ids
         from trtqat.families.encoder.minilm import SentenceEncoder
 
-        return isinstance(model, SentenceEncoder)
+        return isinstance(model, SentenceEncoder) or takes_token_ids(model)
 
     def claims_onnx(self, input_names: Sequence[str]) -> bool:
         """Token ids in: a sentence encoder's file (trtqat.families.encoder.export names them)."""

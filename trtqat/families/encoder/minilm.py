@@ -47,10 +47,43 @@ def model_dir(arch: str | Path = MINILM) -> Path:
     return path
 
 
+# what save_pretrained writes for a tokenizer (fast, WordPiece, BPE, SentencePiece)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+
+
 def load_tokenizer(arch: str | Path = MINILM):
-    """The tokenizer of ``arch``, from local files only."""
+    """The tokenizer of ``arch``, from local files only; a folder without one (a model
+    saved alone) is refused, as transformers would quietly make a tokenizer that knows no
+    word. Inputs the model does not take (a BERT tokenizer's ``token_type_ids`` beside a
+    DistilBERT) are left out of the tokenizer's ``model_input_names``."""
     transformers = require_transformers()
-    return transformers.AutoTokenizer.from_pretrained(str(model_dir(arch)), local_files_only=True)
+    folder = model_dir(arch)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelNotFoundError(
+            f"{folder} holds no tokenizer (none of tokenizer.json, vocab.txt, vocab.json, ...): "
+            f"save the model's tokenizer into it with tokenizer.save_pretrained('{folder}')")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    taken = _model_inputs(folder)
+    names = list(getattr(tokenizer, "model_input_names", []))
+    if taken and "token_type_ids" in names and "token_type_ids" not in taken:
+        tokenizer.model_input_names = [n for n in names if n != "token_type_ids"]
+    return tokenizer
+
+
+def _model_inputs(folder: Path) -> set[str]:
+    """The arguments of the folder's model class's ``forward`` (empty when unknown)."""
+    import inspect
+
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        cls = getattr(transformers, MODEL_MAPPING_NAMES[config.model_type])
+        return set(inspect.signature(cls.forward).parameters)
+    except Exception:  # noqa: BLE001 - an unknown architecture: keep the tokenizer's inputs
+        return set()
 
 
 def load_backbone(arch: str | Path = MINILM, weights: bool = True) -> nn.Module:

@@ -39,10 +39,16 @@ DEFAULT_SHAPES = ((2, 16), (3, 9))
 
 
 def max_positions(model: nn.Module) -> int | None:
-    """The longest sequence the encoder takes (its position embeddings), if it says."""
-    config = getattr(getattr(model, "backbone", model), "config", None)
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if value else None
+    """The longest sequence the encoder takes (its position embeddings), if it says; less
+    the positions up to the padding index where they count from it (RoBERTa: 2)."""
+    backbone = getattr(model, "backbone", model)
+    value = getattr(getattr(backbone, "config", None), "max_position_embeddings", None)
+    if not value:
+        return None
+    table = getattr(getattr(backbone, "embeddings", None), "position_embeddings", None)
+    pad = getattr(table, "padding_idx", None)
+    return int(value) - (int(pad) + 1 if isinstance(table, nn.Embedding) and pad is not None
+                         else 0)
 
 
 def check_shapes(shapes: Sequence[tuple[int, int]], limit: int | None) -> list[tuple[int, int]]:
@@ -97,27 +103,41 @@ def module_plan(model: nn.Module, example_inputs: Any, *, dynamic_batch: bool = 
     "attention_mask": ..., ...}``, or a tuple in ``forward`` order, int64 ``(batch,
     sequence)``): batch and sequence dynamic, validated on the example, on its first rows
     cut to half the tokens (a second shape) and on ``validation_data`` (more tokenizer
-    outputs), by ``checks``. ``fold_bn`` does not apply (no BatchNorm)."""
+    outputs). A :class:`SentenceEncoder` is checked by ``checks``; a Hugging Face encoder
+    (``BertModel``, ``ViTModel``, ...) or other token model keeps its own output names and
+    is checked by the cosine of every output (``hf_export.hf_plan``; its other inputs, such
+    as ``pixel_values``, have a dynamic batch only). ``fold_bn`` does not apply."""
     from trtqat.export.inputs import named_inputs, validation_inputs
+    from trtqat.families.encoder.hf_export import hf_plan, is_token_input
+    from trtqat.families.encoder.minilm import SentenceEncoder
 
-    if not dynamic_batch or (dynamic_axes is not None
-                             and set(dynamic_axes) != {"batch", "sequence"}):
-        raise ExportError("a sentence encoder is exported with batch and sequence dynamic: "
-                          "drop dynamic_batch=False / dynamic_axes")
+    sentence = isinstance(model, SentenceEncoder)
     inputs, names = named_inputs(model, example_inputs)
-    names = names or list(encoder_input_names())[:len(inputs)]
-    if any(t.dim() != 2 or t.is_floating_point() for t in inputs):
+    tokens = [t for t in inputs if is_token_input(t)]
+    if (sentence and len(tokens) != len(inputs)) or not (tokens or inputs[0].dim()):
         raise ExportError("an encoder's example_inputs are the tokenizer's int64 (batch, "
                           "sequence) tensors, e.g. tokenizer(sentences, return_tensors='pt')")
-    batch, length = inputs[0].shape
+    fixed = [a for a in (dynamic_axes or ()) if a not in ("batch", "sequence")]
+    if not dynamic_batch or fixed or (dynamic_axes is not None and tokens
+                                      and set(dynamic_axes) != {"batch", "sequence"}):
+        raise ExportError("an encoder is exported with batch and sequence dynamic: "
+                          "drop dynamic_batch=False / dynamic_axes")
+    batch = int(inputs[0].shape[0])
+    length = int(tokens[0].shape[1]) if tokens else 2
     limit = max_positions(model)
     check_shapes([(batch, length)], limit)
     if batch == 1:  # torch.export specialises size-1 dimensions: trace with two rows
         inputs = tuple(torch.cat([t, t]) for t in inputs)
+        batch = 2
     cut = max(2, length // 2)
-    second = [tuple(t[:max(1, batch - 1), :cut] for t in inputs)] if cut < length else []
-    plan = _plan(inputs, names, [inputs, *second, *validation_inputs(model, validation_data)],
-                 limit)
+    second = tuple(t[:max(1, batch - 1), :cut] if is_token_input(t) else t[:max(1, batch - 1)]
+                   for t in inputs)
+    validation = [inputs, *([second] if cut < length or not tokens else []),
+                  *validation_inputs(model, validation_data)]
+    if not sentence:
+        return hf_plan(model, inputs, names, validation, limit)
+    names = names or list(encoder_input_names())[:len(inputs)]
+    plan = _plan(inputs, names, validation, limit)
     plan.checks = checks
     return plan
 
