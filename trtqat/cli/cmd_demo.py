@@ -39,8 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     O.add_out(p, "engines", "where engines and the report go", metavar=None)
     O.add_backend(p, default_backend())
     O.add_measure_args(p, 1.0, "seconds of measurement per variant and batch size")
-    O.add_threads(p, "CPU threads: ONNX Runtime's intra-op threads and PyTorch's for training, "
-                  "calibration and QAT (default: ORT's and torch's own, every core)")
+    O.add_threads(p)
     O.add_device(p, "where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
                  "(engines: --backend tensorrt on a GPU)")
     O.add_fresh(p, "redo every stage")

@@ -76,6 +76,9 @@ def calibrate(cfg: CalibrateConfig) -> StageResult:
     an encoder's held-out mean cosine) and ``summary``.
     """
     from trtqat import families
+    from trtqat.threads import apply_threads
+
+    apply_threads(cfg.threads)
 
     if not cfg.checkpoint and not cfg.model:
         raise R.ConfigError(CHECKPOINT_REQUIRED)

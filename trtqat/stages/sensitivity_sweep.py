@@ -47,6 +47,7 @@ class SensitivityConfig:
     device: str = "cpu"
     progress: bool = True
     metric_output: str | None = None  # several outputs: the one scored (default: the first)
+    threads: int | None = None  # CPU threads (trtqat.threads; None: torch's own)
 
     def __post_init__(self) -> None:
         if not str(self.checkpoint):
