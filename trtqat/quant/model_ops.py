@@ -10,15 +10,14 @@ from typing import TypeVar
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.progress import progress as progress_of
 from trtqat.quant.calib.registry import get_method, methods
 from trtqat.quant.config import QuantConfig
 from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
-from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=nn.Module)
@@ -287,7 +286,7 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
                 total = len(data_loader)  # type: ignore[arg-type]
             except TypeError:
                 total = None
-        for batch in tqdm(data_loader, total=total, desc="calibrate", disable=not progress_bars(progress), leave=False):
+        for batch in progress_of(data_loader, total=total, desc="calibrate", enabled=progress):
             _batch_call(model, batch, device)
             seen += 1
             if num_batches is not None and seen >= num_batches:
