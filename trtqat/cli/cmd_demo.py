@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"For each model ({','.join(DEMO_MODELS)} by default; --model picks others, e.g. "
         "resnet18,mobilenet_v2): FP32 "
         "training on scikit-learn's digits (32x32), PTQ with every calibrator "
-        "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best PTQ model, export of "
+        "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best of them in PyTorch, "
+        "export of "
         "every ONNX variant, engines, trtexec-style benchmark; then one report of every model "
         "(report.md, report.json, report.png in --out; each model's own in --out/MODEL). "
         "Finished stages are reused unless --fresh.")

@@ -19,8 +19,10 @@ from trtqat.stages.compare.data import EvalData, feed_for
 from trtqat.stages.compare.report import (
     VariantResult,
     build_report,
+    emulation_line,
     format_table,
     refuse_foreign_reports,
+    unstable_line,
     write_report,
 )
 from trtqat.stages.compare.result import CompareReport
@@ -310,8 +312,9 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
     if report["failed_checks"]:
         echo(f"CHECKS FAILED: {', '.join(report['failed_checks'])} (measured anyway, marked "
              "in report.md)")
-    for flag in report["unstable"]:
-        echo(f"UNSTABLE: {flag}")
+    for line in (unstable_line(report), emulation_line(report)):
+        if line:
+            echo(line)
     return CompareReport(report, results, dict(paths))
 
 
