@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    default=None, help="how amax is computed from the activation histograms "
                    "(default: the model family's: max for CNNs, the best PTQ top-1 measured "
                    "(benchmarks/calib_default.py: ResNet18 and MobileNetV2 on digits, where "
-                   "entropy, TensorRT's legacy calibrator, lost 10-16 points by clipping "
+                   "entropy, TensorRT's legacy calibrator, lost 10-14 points by clipping "
                    "ReLU outputs); mse for ViTs and encoders; percentile for detectors)")
     g.add_argument("--percentile", type=finite_float(gt=0, le=100, unit="percent"),
                    default=99.99, help="percentile kept by --method percentile")

@@ -97,7 +97,7 @@ def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None =
 # The CNN family's calibrator: the best PTQ top-1 measured (benchmarks/calib_default.py,
 # ResNet18 and MobileNetV2 on digits, 3 seeds each; the README has the table), as
 # pytorch-quantization's and ModelOpt's INT8 flows start. Entropy (TensorRT's legacy
-# calibrator, the default until issue 33) lost 10-16 points there: it clips ReLU outputs.
+# calibrator, the default until issue 33) lost 10-14 points there: it clips ReLU outputs.
 CNN_METHOD = "max"
 
 
