@@ -72,3 +72,14 @@ def test_a_terminal_gets_a_bar(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(out, "isatty", lambda: True)
     bar = progress(range(3), total=3, desc="x", stream=out)
     assert not isinstance(bar, PlainProgress) and list(bar) == [0, 1, 2]
+
+
+def test_calibration_counts_its_last_batch(capsys: pytest.CaptureFixture) -> None:
+    import torch
+    from torch import nn
+
+    import trtqat
+
+    model = trtqat.quantize(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))
+    trtqat.collect_stats(model, [torch.randn(2, 3, 8, 8) for _ in range(5)], num_batches=2)
+    assert capsys.readouterr().err.splitlines()[-1].startswith("calibrate: 2/2 batches in ")
