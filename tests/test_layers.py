@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trtqat"
 MAX_LINES = 400
 # base modules (and the top-level package itself, for __version__; _C is the C++ extension)
 BASE = {"errors", "atomic", "finite", "arrays", "optional", "lazy", "version", "variants",
-        "runopts", "sizes", "outputs", "tables", "out_paths", "checks", "_C", "trtqat"}
+        "runopts", "sizes", "outputs", "tables", "out_paths", "checks", "threads", "progress", "_C", "trtqat"}
 COMPAT = ("nn", "calib", "tensor_quant", "quant_modules", "optim", "utils")
 ALLOWED = {
     "api": BASE | {"stages", "families", "runs", "export", "engines", "quant"},

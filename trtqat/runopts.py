@@ -130,11 +130,15 @@ class RunOptions(AccelOptions):
     limit_batches: int | None = None
     strict: bool = False
     metric_output: str | None = None  # the output scored (name or index; None: the first)
+    threads: int | None = None  # CPU threads (trtqat.threads; None: torch's and ORT's own)
 
     def __post_init__(self) -> None:
         if not str(self.out):
             raise ConfigError("--out must name a run folder")
         check_positive(self, "workers", zero=True)
+        if self.threads is not None and (isinstance(self.threads, bool)
+                                         or not isinstance(self.threads, int) or self.threads < 1):
+            raise ConfigError(f"--threads must be a whole number >= 1, got {self.threads!r}")
         check_positive(self, "limit_batches", "batch_size", "stop_after", allow_none=True)
         if getattr(self, "resume", False) and self.overwrite:
             raise ConfigError("--resume and --overwrite exclude each other")

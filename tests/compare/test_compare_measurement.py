@@ -84,7 +84,24 @@ def test_unstable_failed_check_and_emulated_are_marked():
     assert "(emulated)" in table and "FAILED: top-1 agreement" in table and "±0%" in table
     assert " !" in table  # the unstable figure
     md = format_markdown(report)
-    assert "UNSTABLE: qat-int8-fp16" in md and "FAILED CHECK (measured anyway)" in md
+    assert md.count("UNSTABLE") == 1 and "spread over 10% (worst: qat-int8-fp16 " in md
+    assert "FAILED CHECK (measured anyway)" in md
+    assert "(emulated): ONNX Runtime's CPU provider has no FP16 kernels" in md
+    assert "not TensorRT's FP16" in md and md.count("(emulated):") == 1
+
+
+def test_unstable_figures_are_one_line_with_the_worst_and_all_in_the_json():
+    results = [VariantResult(f"v{i}", "int8", latency_ms={1: 1.0}, throughput={1: 1.0},
+                             latency_spread={1: 0.11 + i / 100}, throughput_spread={1: 0.05})
+               for i in range(31)]
+    report = _report(results)
+    assert len(report["unstable"]) == 31  # report.json keeps every one
+    md = format_markdown(report)
+    lines = [line for line in md.splitlines() if "UNSTABLE" in line]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("- UNSTABLE: 31 timing figures spread over 10% (worst: "
+                               "v30 latency@1 ±41%, v29 latency@1 ±40%, v28 latency@1 ±39%;")
+    assert "(emulated)" not in md
 
 
 def test_a_variant_that_fails_its_export_check_is_measured_from_an_unchecked_file(tmp_path):

@@ -60,12 +60,20 @@ def test_report_has_a_line_and_a_section_per_model(tmp_path):
     demo = write_demo_report(sections, tmp_path)
     md = demo.files["md"].read_text()
     assert md.index("## resnet18") < md.index("## mobilenet_v2")
-    assert "| mobilenet_v2 | 97.50 | ptq-mse | 96.00 (-1.50) | 97.25 (-0.25) | +1.25 |" in md
-    assert "| resnet18 | 98.60 | ptq-entropy | 98.90 (+0.30) | 98.60 (+0.00) | -0.30 |" in md
+    # two "best PTQ"s, named apart: where QAT started (PyTorch) and the best PTQ engine
+    assert "| QAT start (best PyTorch calibrator) | best PTQ engine |" in md
+    assert "| mobilenet_v2 | 97.50 | - | ptq-mse | 96.00 (-1.50) | 97.25 (-0.25) | +1.25 |" in md
+    assert ("| resnet18 | 98.60 | ptq-max | ptq-entropy | 98.90 (+0.30) | 98.60 (+0.00) "
+            "| -0.30 |") in md
+    # each model's unstable figures: one line (throughput@32 of every variant here)
+    unstable = [line for line in md.splitlines() if "UNSTABLE" in line]
+    assert len(unstable) == 2 and unstable[0].startswith("- UNSTABLE: 4 timing figures")
     assert "qat-int8-fp16 failed: build failed" in md and "**Partial**" in md
     assert "fp32 98.90, ptq-max 98.00, qat-int8 98.60" in md  # PyTorch top-1 of the stages
     saved = json.loads(demo.files["json"].read_text())
     assert [m["model"] for m in saved["models"]] == ["resnet18", "mobilenet_v2"]
+    assert [m["qat_start"] for m in saved["models"]] == ["ptq-max", None]
+    assert len(saved["models"][0]["report"]["unstable"]) == 4
     assert saved["models"][1]["summary"]["qat_minus_best_ptq"] == pytest.approx(1.25)
     assert demo.files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert demo.partial and not demo.ok  # one variant of one model failed

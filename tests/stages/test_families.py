@@ -157,7 +157,7 @@ def test_a_family_subclass_runs_every_stage_through_its_own_build(tmp_path):
                                          out=str(tmp_path / "ptq"), num_batches=2, **opts),
                          fp32)
     ptq = load_checkpoint(tmp_path / "ptq" / "best.pt")
-    assert ptq["model"]["family"] == "tiny-test" and ptq["calib"]["method"] == "entropy"
+    assert ptq["model"]["family"] == "tiny-test" and ptq["calib"]["method"] == "max"  # default
     model = family.load(ptq)
     assert isinstance(model[0], nn.Conv2d) and any(True for _ in quantizers(model))
     assert torch.isfinite(model(torch.randn(2, 3, 16, 16))).all()

@@ -100,7 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trtqat.runopts import trusting_model_files
 
     with trusting_model_files(getattr(args, "trust_model_file", False)):
-        return run_guarded(f"trtqat {args.command}", lambda: args.func(args))
+        return run_guarded(f"trtqat {args.command}", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int | None:
+    """``--threads`` applied before the command does any work, then the command."""
+    from trtqat.threads import apply_threads
+
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads > 0:  # BARE_THREADS: the command warns and drops it
+        apply_threads(threads, torch=getattr(args, "threads_torch", True))
+    return args.func(args)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"For each model ({','.join(DEMO_MODELS)} by default; --model picks others, e.g. "
         "resnet18,mobilenet_v2): FP32 "
         "training on scikit-learn's digits (32x32), PTQ with every calibrator "
-        "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best PTQ model, export of "
+        "(max, percentile 99.9/99.99, MSE, entropy), QAT from the best of them in PyTorch, "
+        "export of "
         "every ONNX variant, engines, trtexec-style benchmark; then one report of every model "
         "(report.md, report.json, report.png in --out; each model's own in --out/MODEL). "
         "Finished stages are reused unless --fresh.")
@@ -40,8 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     O.add_out(p, "engines", "where engines and the report go", metavar=None)
     O.add_backend(p, default_backend())
     O.add_measure_args(p, 1.0, "seconds of measurement per variant and batch size")
-    O.add_threads(p, "CPU threads: ONNX Runtime's intra-op threads and PyTorch's for training, "
-                  "calibration and QAT (default: ORT's and torch's own, every core)")
+    O.add_threads(p)
     O.add_device(p, "where training, calibration and QAT run: auto, cpu, cuda or cuda:N "
                  "(engines: --backend tensorrt on a GPU)")
     O.add_fresh(p, "redo every stage")

@@ -63,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="detectors: also write *-nms.onnx with box decoding and ONNX "
                    "NonMaxSuppression (output 'detections': batch, x1, y1, x2, y2, score, "
                    "class per kept box)")
+    O.add_threads(p)
     p.set_defaults(func=run)
 
 

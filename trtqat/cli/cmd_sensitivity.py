@@ -44,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "of each layer (same numbers, slower)")
     O.add_device(p, "cpu, auto, cuda or cuda:N", default="cpu")
     O.add_no_progress(p, "no progress bar")
+    O.add_threads(p)
     O.add_metric_output(p)
     p.set_defaults(func=run)
 

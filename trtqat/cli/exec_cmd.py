@@ -77,8 +77,8 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memPoolSize", metavar="workspace:1024", help="pool sizes, MiB default")
     parser.add_argument("--builderOptimizationLevel", type=int, metavar="N", help="0..5")
     parser.add_argument("--timingCacheFile", metavar="FILE", help="TensorRT timing cache")
-    add_threads(parser, "ONNX Runtime intra-op threads (bare, trtexec's multithreading "
-                "switch: ignored)", bare=True)
+    add_threads(parser, "ONNX Runtime intra-op threads, >= 1 (default: ORT's, one per core; "
+                "bare, trtexec's multithreading switch: ignored)", bare=True, torch=False)
     parser.add_argument("--providers", metavar="cpu|cuda|tensorrt,...",
                         help="ONNX Runtime execution providers (default cpu)")
     parser.add_argument("--profilingVerbosity", metavar="layer_names_only|detailed|none",

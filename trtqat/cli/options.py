@@ -35,6 +35,7 @@ from trtqat.cli.validate import (
     non_negative_int,
     positive_int,
     seed_int,
+    threads_int,
     writable_dir,
     writable_file,
 )
@@ -235,12 +236,18 @@ def add_backend(g: Group, default: str | None, help: str | None = None) -> None:
 BARE_THREADS = -1  # --threads given without N (trtexec's multithreading switch)
 
 
-def add_threads(g: Group, help: str = "ONNX Runtime intra-op threads",
-                bare: bool = False) -> None:
-    """``--threads N`` (``bare``: also accepted without N, as trtexec's switch:
-    :data:`BARE_THREADS`, which the command warns about and drops)."""
-    g.add_argument("--threads", type=non_negative_int, default=None, metavar="N", help=help,
+def add_threads(g: Group, help: str | None = None, bare: bool = False,
+                torch: bool = True) -> None:
+    """``--threads N``, N >= 1: the CPU threads of the command, applied by ``trtqat``'s
+    entry point before any work (:func:`trtqat.threads.apply_threads`; ``torch``: PyTorch's
+    too, else ONNX Runtime's only). ``bare``: also accepted without N, as trtexec's switch:
+    :data:`BARE_THREADS`, which the command warns about and drops."""
+    from trtqat.threads import DEFAULT_HELP
+
+    g.add_argument("--threads", type=threads_int, default=None, metavar="N",
+                   help=help or DEFAULT_HELP,
                    **({"nargs": "?", "const": BARE_THREADS} if bare else {}))
+    g.set_defaults(threads_torch=torch)
 
 
 # --------------------------------------------------------------------------- engines, reports
@@ -298,7 +305,7 @@ def add_data_args(p: argparse.ArgumentParser, inherit: bool = False,
 
 def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -> None:
     """--out, --resume, --overwrite, --device, --limit-batches, --stop-after, --no-progress,
-    and the speed options of :func:`add_accel_args` (the fields of ``RunOptions``)."""
+    --threads, and the speed options of :func:`add_accel_args` (the fields of ``RunOptions``)."""
     g = p.add_argument_group("run")
     add_out(g, out)
     if resumable:
@@ -312,6 +319,7 @@ def add_run_args(p: argparse.ArgumentParser, out: str, resumable: bool = True) -
     add_device(g)
     add_limit_batches(g)
     add_no_progress(g)
+    add_threads(g)
     add_metric_output(g)
     add_accel_args(p)
 

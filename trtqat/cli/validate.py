@@ -129,6 +129,7 @@ def int_range(lo: int | None = None, hi: int | None = None, unit: str = ""
 positive_int = int_range(1)
 non_negative_int = int_range(0)
 seed_int = int_range(0, 2**32 - 1, "random seed")
+threads_int = int_range(1, unit="CPU threads")
 
 
 def finite_float(ge: float | None = None, gt: float | None = None, le: float | None = None,

@@ -41,6 +41,7 @@ from trtqat.engines.specs import (
     precision_note,
 )
 from trtqat.engines.timing import QueryTimes
+from trtqat.threads import cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def _session_options(ort: Any, options: BuildOptions, threads: int | None = None
     # Severity 3 (ERROR) hides the one-warning-per-unused-initializer wall of text.
     so.log_severity_level = 1 if options.verbose else 3
     threads = options.threads if threads is None else threads
+    threads = cpu_threads() if threads is None else threads  # --threads of the command
     if threads:
         so.intra_op_num_threads = threads
     # Masked attention scores underflow Softmax's exp into denormals, which are ~10x slower

@@ -50,6 +50,7 @@ from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skippe
 from trtqat.export.result import ExportResult, check_writable, refuse_foreign_onnx, write_checked
 from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.outputs import flatten
+from trtqat.progress import progress as progress_of
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.variants import MIN_OPSET, VARIANTS
 from trtqat.variants import variant as variant_row
@@ -335,7 +336,8 @@ class Exporter:
         refs = self._reference(int8, reference)
         batches = self._validation_batches()
         gots, wants = [], []
-        for (batch, n, _), ref in zip(batches, refs):
+        for (batch, n, _), ref in progress_of(zip(batches, refs), total=len(batches),
+                                              desc=f"check {variant}", brief=True):
             gots.append([g[:n] for g in self._split(val.run_ort(session, batch))])
             wants.append([r[:n] for r in ref])
         context = CheckContext(

@@ -25,6 +25,7 @@ from torch import nn
 
 from trtqat.export import criterion as crit
 from trtqat.outputs import leaves
+from trtqat.threads import cpu_threads
 from trtqat.variants import TABLE
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ def ort_session(path: str | os.PathLike, optimize: bool = False):
     ort = require("onnxruntime", "ort", "checking the exported ONNX")
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    threads = cpu_threads()
+    if threads:
+        opts.intra_op_num_threads = threads
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])

@@ -96,10 +96,17 @@ def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None =
     quantize(model, config, **kwargs)
 
 
+# The CNN family's calibrator: the best PTQ top-1 measured (benchmarks/calib_default.py,
+# ResNet18 and MobileNetV2 on digits, 3 seeds each; the README has the table), as
+# pytorch-quantization's and ModelOpt's INT8 flows start. Entropy (TensorRT's legacy
+# calibrator, the default until issue 33) lost 10-14 points there: it clips ReLU outputs.
+CNN_METHOD = "max"
+
+
 def default_method(placement: Placement) -> str:
     """The amax method the CLI's families use: mse with attention (ViTs, encoders; entropy
-    clips softmax probabilities), entropy otherwise (CNNs)."""
-    return "mse" if placement.attention else "entropy"
+    clips softmax probabilities), :data:`CNN_METHOD` otherwise (CNNs)."""
+    return "mse" if placement.attention else CNN_METHOD
 
 
 def calibrate(model: nn.Module, forward_loop: ForwardLoop, method: str = "max", *,

@@ -61,7 +61,7 @@ class QuantConfig:
             and Hugging Face attention.
     Calibration (with ``forward_loop``):
         method: amax method (max, percentile, mse, entropy, or a registered one); default:
-            mse for models with attention, entropy otherwise (what the CLI families use).
+            mse for models with attention, max otherwise (what the CLI families use).
         percentile: kept by ``method="percentile"``.
         num_batches: at most this many batches of an iterable ``forward_loop``.
     """

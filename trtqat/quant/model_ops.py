@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -10,15 +11,14 @@ from typing import TypeVar
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from trtqat.errors import CalibrationError, QuantConfigError
+from trtqat.progress import progress as progress_of
 from trtqat.quant.calib.registry import get_method, methods
 from trtqat.quant.config import QuantConfig
 from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.tensor_quantizer import TensorQuantizer
-from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=nn.Module)
@@ -281,17 +281,16 @@ def collect_stats(model: nn.Module, data_loader: Iterable, num_batches: int | No
         raise CalibrationError("the model has no TensorQuantizer: build it under quant_modules.initialize() or call trtqat.quantize(model) first")
     seen = 0
     with calibrating(model):
-        total = num_batches
-        if total is None:
-            try:
-                total = len(data_loader)  # type: ignore[arg-type]
-            except TypeError:
-                total = None
-        for batch in tqdm(data_loader, total=total, desc="calibrate", disable=not progress_bars(progress), leave=False):
+        try:
+            total = len(data_loader)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+        if num_batches is not None:  # the loop ends by itself: the last batch is counted
+            total = num_batches if total is None else min(total, num_batches)
+            data_loader = itertools.islice(data_loader, num_batches)
+        for batch in progress_of(data_loader, total=total, desc="calibrate", enabled=progress):
             _batch_call(model, batch, device)
             seen += 1
-            if num_batches is not None and seen >= num_batches:
-                break
     if seen == 0:
         raise CalibrationError("calibration got no data: the data loader is empty; give it at least one batch")
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from trtqat.runopts import progress_bars
+from trtqat.progress import progress as progress_of
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import copy_checkpoint, save_checkpoint
@@ -79,8 +79,8 @@ def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
         sampler.set_epoch(epoch)
     sums = torch.zeros(4, dtype=torch.float64)  # loss*n, top1, top5, n
     start = time.perf_counter()
-    bar = tqdm(loader, total=_steps(loader, limit), desc=desc, leave=False,
-               disable=not progress_bars(progress and ctx.is_main), dynamic_ncols=True)
+    bar = progress_of(loader, total=_steps(loader, limit), desc=desc,
+                      enabled=progress and ctx.is_main)
     for step, (x, y) in enumerate(bar):
         if limit is not None and step >= limit:
             break
@@ -118,8 +118,8 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: D.DistContext | None = Non
     sums = torch.zeros(4, dtype=torch.float64)
     start = time.perf_counter()
     try:
-        bar = tqdm(loader, total=_steps(loader, limit), desc=desc, leave=False,
-                   disable=not progress_bars(progress and ctx.is_main), dynamic_ncols=True)
+        bar = progress_of(loader, total=_steps(loader, limit), desc=desc,
+                          enabled=progress and ctx.is_main)
         for step, (x, y) in enumerate(bar):
             if limit is not None and step >= limit:
                 break

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Options that may change between a run and its --resume without changing the result.
 RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
-               "strict", "world_size", "compile", "channels_last"}
+               "strict", "world_size", "compile", "channels_last", "threads"}
 
 
 @dataclasses.dataclass

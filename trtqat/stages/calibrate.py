@@ -35,9 +35,9 @@ CHECKPOINT_REQUIRED = ("--checkpoint is required: the best.pt of a `trtqat train
 class CalibrateConfig(R.ImageOptions, RunOptions):
     """Options of ``trtqat calibrate``, for every model family.
 
-    None takes the family's default (``--method``: entropy for image classifiers, mse for
-    encoders) or what the FP32 run recorded (data options). ``num_sentences``,
-    ``max_length`` and ``fp32_out`` are the encoders' own.
+    None takes the family's default (``--method``: max for CNNs, mse for ViTs and
+    encoders, percentile for detectors) or what the FP32 run recorded (data options).
+    ``num_sentences``, ``max_length`` and ``fp32_out`` are the encoders' own.
     """
 
     checkpoint: str = ""
@@ -76,6 +76,9 @@ def calibrate(cfg: CalibrateConfig) -> StageResult:
     an encoder's held-out mean cosine) and ``summary``.
     """
     from trtqat import families
+    from trtqat.threads import apply_threads
+
+    apply_threads(cfg.threads)
 
     if not cfg.checkpoint and not cfg.model:
         raise R.ConfigError(CHECKPOINT_REQUIRED)

@@ -1,6 +1,6 @@
 """``demo``: the whole pipeline on the bundled digits data, end to end, for one or more models.
 
-Per model: FP32 training -> PTQ with every calibrator -> QAT from the best PTQ model ->
+Per model: FP32 training -> PTQ with every calibrator -> QAT from the best PyTorch calibrator ->
 export of every variant -> engines -> benchmark -> that model's comparison report; then one
 report of every model (:mod:`trtqat.stages.demo_report`). By default ResNet18
 (:data:`DEMO_MODELS`); MobileNetV2 on request: on digits the best PTQ calibrator keeps it at
@@ -194,7 +194,8 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
 
     best_ptq = max(ptq_results, key=ptq_results.get)
     qat = root / "qat"
-    echo(f"[3/4] QAT fine-tuning from the best PTQ model ({best_ptq.name}) -> {qat}")
+    echo(f"[3/4] QAT fine-tuning from the QAT start, the best PyTorch calibrator "
+         f"({best_ptq.name}) -> {qat}")
     if not cfg.fresh and _done(qat):
         echo("      reusing the finished run (--fresh to redo)")
     else:

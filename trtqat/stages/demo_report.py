@@ -1,10 +1,17 @@
 """The demo's report of every model: ``report.md``, ``report.json`` and ``report.png``.
 
-``report.md`` opens with one line per model (FP32, the best PTQ calibrator and QAT, as the
-engines score them, and the INT8 speed-up), then a section per model: the comparison
+``report.md`` opens with one line per model (FP32, the QAT start, the best PTQ engine and
+QAT, as the engines score them, and the INT8 speed-up), then a section per model: the
+comparison
 table of its engines (timings as medians over interleaved rounds with their spread) and
 the top-1 its training stages reached in PyTorch. ``report.png`` holds a row of panels per
 model (:mod:`trtqat.stages.compare.plot`).
+
+Two "best PTQ"s, named apart: the *QAT start* is the best PyTorch calibrator (the
+``ptq-*`` run with the best fake-quant top-1, which QAT fine-tunes); the *best PTQ engine* is
+the ``ptq-*`` engine with the best score in the comparison table. They usually agree; where
+they do not, the engines disagree with PyTorch's fake quantization by more than the gap
+between the calibrators.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 from trtqat.atomic import write_atomic, write_json
 from trtqat.families.types import MappingView
 from trtqat.stages.compare.plot import plot_reports
-from trtqat.stages.compare.report import REPORT_MARKER, table_rows
+from trtqat.stages.compare.report import REPORT_MARKER, emulation_line, table_rows, unstable_line
 from trtqat.stages.compare.result import CompareReport
 from trtqat.tables import markdown_table, text_table
 
@@ -33,6 +40,13 @@ class DemoSection:
     report: CompareReport
     pytorch_top1: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+
+    @property
+    def qat_start(self) -> str | None:
+        """The best PyTorch calibrator (``ptq-*`` by fake-quant top-1, the first best, as
+        ``trtqat demo`` picks it): where QAT started."""
+        ptq = [k for k in self.pytorch_top1 if k.startswith("ptq")]
+        return max(ptq, key=self.pytorch_top1.__getitem__) if ptq else None
 
 
 @dataclass
@@ -66,8 +80,9 @@ class DemoReport(MappingView):
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
     """What QAT is for, in one model's report.json: the engines' metric of FP32, of the best
-    PTQ calibrator and of QAT INT8, their differences, and QAT INT8's speed-up per batch
-    size (FP32's median latency over its own; None where a variant is missing)."""
+    PTQ engine (``best_ptq``: the ``ptq-*`` engine that scores best, not necessarily the QAT
+    start) and of QAT INT8, their differences, and QAT INT8's speed-up per batch size
+    (FP32's median latency over its own; None where a variant is missing)."""
     metric = doc["metric"]
     ok = {v["name"]: v for v in doc["variants"] if v["status"] == "ok"
           and v["metrics"].get(metric) is not None}
@@ -94,14 +109,15 @@ def glance_rows(sections: list[DemoSection]) -> tuple[list[str], list[list[str]]
     docs = [s.report.document for s in sections]
     bs = docs[0]["batch_sizes"] if docs else []
     metric = docs[0]["metric"] if docs else "top1"
-    header = ["model", f"FP32 {metric}", "best PTQ", f"best PTQ {metric} (vs FP32)",
-              f"QAT INT8 {metric} (vs FP32)", "QAT - best PTQ",
+    header = ["model", f"FP32 {metric}", "QAT start (best PyTorch calibrator)",
+              "best PTQ engine", f"best PTQ engine {metric} (vs FP32)",
+              f"QAT INT8 {metric} (vs FP32)", "QAT - best PTQ engine",
               *(f"QAT INT8 speed-up @{b}" for b in bs)]
     rows = []
     for s, doc in zip(sections, docs):
         m = summary(doc)
         rows.append([
-            s.model, _f(m["fp32"], ".2f"), m["best_ptq"] or "-",
+            s.model, _f(m["fp32"], ".2f"), s.qat_start or "-", m["best_ptq"] or "-",
             f"{_f(m['best_ptq_score'], '.2f')} ({_f(m['best_ptq_minus_fp32'], '+.2f')})",
             f"{_f(m['qat'], '.2f')} ({_f(m['qat_minus_fp32'], '+.2f')})",
             _f(m["qat_minus_best_ptq"], "+.2f"),
@@ -119,8 +135,8 @@ def format_markdown(sections: list[DemoSection], document: dict[str, Any]) -> st
     first = sections[0].report.document
     m = first["machine"]
     md = ["# trtqat demo", "",
-          f"Every model: FP32 training, PTQ with every calibrator, QAT from the best PTQ "
-          f"model, {first['backend']} engines of each variant on {m['cpu']} "
+          f"Every model: FP32 training, PTQ with every calibrator, QAT from the QAT start (the "
+          f"best PyTorch calibrator), {first['backend']} engines of each variant on {m['cpu']} "
           f"({m['cores']} cores). Accuracy is the engines' on the validation split; timings "
           "are medians over interleaved rounds, ± their spread (max - min) / median.", "",
           *markdown_table(*glance_rows(sections)), "", "![every model](report.png)", ""]
@@ -142,8 +158,10 @@ def format_markdown(sections: list[DemoSection], document: dict[str, Any]) -> st
                 md.append(f"- {v['name']} failed: {v['error']}")
             for check in v.get("failed_checks") or []:
                 md.append(f"- {v['name']} FAILED CHECK (measured anyway): {check}")
-        md += [f"- UNSTABLE: {flag}" for flag in doc.get("unstable") or []]
+        md += [f"- {line}" for line in (unstable_line(doc),) if line]
         md.append("")
+    emulated = next(filter(None, (emulation_line(s.report.document) for s in sections)), None)
+    md += [f"- {emulated}"] if emulated else []
     md += [f"- versions: {', '.join(f'{k} {v}' for k, v in first['versions'].items())}",
            f"- generated: {document['generated']}", ""]
     return "\n".join(md)
@@ -155,7 +173,8 @@ def write_demo_report(sections: list[DemoSection], out_dir: str | Path) -> DemoR
     document = {
         REPORT_MARKER: "demo",
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "models": [{"model": s.model, "folder": s.folder, "summary": summary(s.report.document),
+        "models": [{"model": s.model, "folder": s.folder, "qat_start": s.qat_start,
+                    "summary": summary(s.report.document),
                     "pytorch_top1": s.pytorch_top1, "wall_s": s.wall_s,
                     "report": s.report.document} for s in sections]}
     paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}

@@ -44,6 +44,7 @@ class ExportOptions:
     input_names: tuple[str, ...] = ()   # ONNX names (default: the family's or the model's)
     output_names: tuple[str, ...] = ()
     nms: bool = False                   # detectors: also write a file with box decoding + NMS
+    threads: int | None = None          # CPU threads (trtqat.threads; None: the defaults)
 
 
 @dataclass
@@ -73,6 +74,9 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     from trtqat.export.onnx_export import Exporter
     from trtqat.export.result import check_writable
     from trtqat.finite import check_finite_arrays
+    from trtqat.threads import apply_threads
+
+    apply_threads(options.threads)
     from trtqat.runs.checkpoint import load_checkpoint
     from trtqat.variants import INT8_VARIANTS, artifact_name, expand_variants, stage_tag
 

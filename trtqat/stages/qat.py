@@ -54,6 +54,9 @@ def qat_finetune(cfg: QATConfig) -> StageResult:
     ``summary``. For QAT in your own training loop see :func:`trtqat.qat_recipe`.
     """
     from trtqat import families
+    from trtqat.threads import apply_threads
+
+    apply_threads(cfg.threads)
 
     family, src = families.of_source(cfg.checkpoint, cfg.model)
     return families.summarized(family, "qat", family.run_qat(cfg, src))

@@ -52,6 +52,9 @@ def default_out(checkpoint: str | Path) -> Path:
 
 def sensitivity(cfg: SensitivityConfig) -> SensitivityResult:
     """Run the sweep, write ``sensitivity.json`` and ``sensitivity.png``; see module doc."""
+    from trtqat.threads import apply_threads
+
+    apply_threads(cfg.threads)
     out = Path(cfg.out) if cfg.out else default_out(cfg.checkpoint)
     refuse_foreign_outputs(out)  # before the sweep, not after it
     model, units, batches, info, family = load_for_sensitivity(cfg)

@@ -13,14 +13,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
-from tqdm.auto import tqdm
 
 from trtqat.families.types import SensitivityError
 from trtqat.outputs import select
+from trtqat.progress import progress as progress_of
 from trtqat.quant.mixin import QUANT_LAYERS
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
-from trtqat.runopts import progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +46,7 @@ class SensitivityConfig:
     device: str = "cpu"
     progress: bool = True
     metric_output: str | None = None  # several outputs: the one scored (default: the first)
+    threads: int | None = None  # CPU threads (trtqat.threads; None: torch's own)
 
     def __post_init__(self) -> None:
         if not str(self.checkpoint):
@@ -336,8 +336,8 @@ def run_sweep(runner, units: dict[str, list[TensorQuantizer]], mode: str,
         refs = [runner.logits(nothing, x).float() for x, _ in batches]
     fp32, quant = evaluate_configs(runner, batches, refs, [nothing, everything], family)
     sums = {layer: _Sums(family) for layer in layers}
-    bar = tqdm(total=len(layers) * len(batches), desc=f"sensitivity {mode}", leave=False,
-               disable=not progress_bars(progress), dynamic_ncols=True)
+    bar = progress_of(total=len(layers) * len(batches), desc=f"sensitivity {mode}",
+                      enabled=progress, unit="layer x batch")
     try:
         with torch.inference_mode():
             for (x, y), ref in zip(batches, refs):

@@ -44,7 +44,9 @@ def train_fp32(cfg: TrainConfig) -> StageResult:
     ``best`` (best val top-1 in percent) and ``summary`` (the command's closing line).
     """
     from trtqat import families
+    from trtqat.threads import apply_threads
 
+    apply_threads(cfg.threads)
     family = families.of_model(cfg.model)
     return families.summarized(family, "train", family.run_train(cfg))
 

@@ -127,14 +127,16 @@ class CNNFamily(ModelFamily):
     def recipe(self, stage: str, cfg: StageConfig | None, source: dict[str, Any] | None = None
                ) -> dict[str, Any]:
         """train: the FP32 defaults, or the model's own (``train_recipes``); calibrate:
-        entropy; qat: TensorRT's guidance from the FP32 run the checkpoint records (10% of
+        ``trtqat.quant.api.CNN_METHOD`` (max: the best PTQ top-1 measured); qat: TensorRT's guidance from the FP32 run the checkpoint records (10% of
         its epochs, 1% of its lr, cosine to 1% of that), cross-entropy."""
         if stage == "train":
             from trtqat.families.cnn.train_recipes import train_recipe
 
             return train_recipe(getattr(cfg, "model", None))
         if stage == "calibrate":
-            return {"method": "entropy"}
+            from trtqat.quant.api import CNN_METHOD
+
+            return {"method": CNN_METHOD}
         from trtqat.families.cnn.qat import classifier_recipe
 
         return classifier_recipe(cfg, dict((source or {}).get("train_args") or {}))

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from trtqat.families.detect.loss import distill_loss
 from trtqat.families.detect.metrics import coco_map, postprocess
-from trtqat.runopts import progress_bars
+from trtqat.progress import progress as progress_of
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import copy_checkpoint, save_checkpoint
@@ -46,8 +46,7 @@ def train_epoch(model: nn.Module, loader: Iterable, criterion: Callable, optimiz
     model.train()
     total, images, start = 0.0, 0, time.perf_counter()
     steps = len(loader) if limit is None else min(limit, len(loader))  # type: ignore[arg-type]
-    bar = tqdm(loader, total=steps, desc=desc, leave=False, disable=not progress_bars(progress),
-               dynamic_ncols=True)
+    bar = progress_of(loader, total=steps, desc=desc, enabled=progress)
     for step, (x, targets) in enumerate(bar):
         if limit is not None and step >= limit:
             break

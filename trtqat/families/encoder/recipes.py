@@ -28,14 +28,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from trtqat.errors import QuantizerStateError
 from trtqat.families.encoder.minilm import DEFAULT_MAX_LENGTH, batches, tokenize
+from trtqat.progress import progress as progress_of
 from trtqat.quant.calib.registry import methods
 from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
 from trtqat.quant.plugins.transformer import quantize_transformer
-from trtqat.runopts import ConfigError, check_positive, progress_bars
+from trtqat.runopts import ConfigError, check_positive
 from trtqat.runs.accel import Accel
 from trtqat.runs.loop import cosine_lambda
 
@@ -329,7 +329,7 @@ def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Se
     clip = None if cfg.max_grad_norm is None else (params, cfg.max_grad_norm)
     history: dict[str, Any] = {"loss": [], "lr": []}
     t0 = time.perf_counter()
-    bar = tqdm(total=total, desc="qat", disable=not progress_bars(cfg.progress), leave=False)
+    bar = progress_of(total=total, desc="qat", enabled=cfg.progress, unit="steps")
     step = 0
     try:
         while step < total:

@@ -111,9 +111,7 @@ def build_report(results: list[VariantResult], *, backend: str, providers: list[
         d["derived"] = {k: v for k, v in _derived(r, ref, metric).items()}
         variants.append(d)
     failed = [r.name for r in results if r.status != "ok"]
-    unstable = [f"{v['name']} {what}@{b} ±{sp:.0%}" for v in variants
-                for what, key in (("latency", "latency_spread"), ("throughput", "throughput_spread"))
-                for b, sp in (v.get(key) or {}).items() if sp > UNSTABLE_SPREAD]
+    unstable = [text for _, text in _unstable(variants)]
     return {
         REPORT_MARKER: "compare",
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -133,6 +131,38 @@ def build_report(results: list[VariantResult], *, backend: str, providers: list[
                   f"{UNSTABLE_SPREAD:.0%} is flagged as unstable",
         "variants": variants,
     }
+
+
+def _unstable(variants: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """``(spread, "name latency@b ±sp")`` of every figure above :data:`UNSTABLE_SPREAD`."""
+    return [(sp, f"{v['name']} {what}@{b} ±{sp:.0%}") for v in variants
+            for what, key in (("latency", "latency_spread"), ("throughput", "throughput_spread"))
+            for b, sp in (v.get(key) or {}).items() if sp > UNSTABLE_SPREAD]
+
+
+def unstable_line(report: dict[str, Any], worst: int = 3) -> str | None:
+    """One line for every unstable timing figure: their count and the ``worst`` few (the
+    full list is report.json's ``unstable``); None when there is none."""
+    flags = sorted(_unstable(report["variants"]), key=lambda f: -f[0])
+    if not flags:
+        return None
+    return (f"UNSTABLE: {len(flags)} timing figure{'s' * (len(flags) > 1)} spread over "
+            f"{UNSTABLE_SPREAD:.0%} (worst: {', '.join(t for _, t in flags[:worst])}; every one "
+            "in report.json): the machine's load changed while measuring; rerun with a longer "
+            "--duration on a quiet machine")
+
+
+EMULATION_NOTE = (
+    "(emulated): ONNX Runtime's CPU provider has no FP16 kernels for these graphs, so it "
+    "emulates FP16 with casts around float kernels: that is why these rows are slow, and "
+    "why their accuracy may differ (the gap is the emulation's rounding, not TensorRT's "
+    "FP16). They stay in the report so that the variant meant for TensorRT is exported and "
+    "checked end to end; --variants leaves them out.")
+
+
+def emulation_line(report: dict[str, Any]) -> str | None:
+    """:data:`EMULATION_NOTE` when some variant is emulated, else None."""
+    return EMULATION_NOTE if any(v.get("emulated") for v in report["variants"]) else None
 
 
 def _fmt(v: float | None, spec: str) -> str:
@@ -207,9 +237,7 @@ def format_markdown(report: dict[str, Any]) -> str:
            f"- generated: {report['generated']}", ""]
     if report.get("spread"):
         md.append(f"- timing: median over interleaved rounds ±spread, {report['spread']}")
-    for flag in report.get("unstable") or []:
-        md.append(f"- UNSTABLE: {flag} (the machine's load changed while measuring: rerun "
-                  "with a longer --duration on a quiet machine)")
+    md += [f"- {line}" for line in (unstable_line(report), emulation_line(report)) if line]
     for v in report["variants"]:
         if v["status"] != "ok":
             md.append(f"- {v['name']} failed: {v['error']}")

@@ -15,12 +15,15 @@ from trtqat.engines.registry import DEFAULT_BACKEND, backend_info
 from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 from trtqat.outputs import select
+from trtqat.progress import progress as progress_of
 from trtqat.stages.compare.data import EvalData, feed_for
 from trtqat.stages.compare.report import (
     VariantResult,
     build_report,
+    emulation_line,
     format_table,
     refuse_foreign_reports,
+    unstable_line,
     write_report,
 )
 from trtqat.stages.compare.result import CompareReport
@@ -153,11 +156,13 @@ def verdict_note(reencoding: dict[str, Any]) -> str | None:
             f"calibration batches (ORT on {v.get('threads')} thread)")
 
 
-def score(runner, data: EvalData, names: list[str], family, source: Path
-          ) -> dict[str, float | None]:
-    """``family.metric`` of the engine's outputs on every scored batch (NaN as None)."""
+def score(runner, data: EvalData, names: list[str], family, source: Path,
+          progress: bool = True) -> dict[str, float | None]:
+    """``family.metric`` of the engine's outputs on every scored batch (NaN as None;
+    ``progress``: lines off a terminal when it takes longer than 30 s)."""
     outs = []
-    for batch in data.batches:
+    for batch in progress_of(data.batches, total=len(data.batches), desc=f"score {source.name}",
+                             enabled=progress, brief=True):
         result = runner.infer(feed_for(batch, names, source))
         out = None
         if data.output:
@@ -254,7 +259,7 @@ def measure_variant(variant: Variant, cfg: CompareConfig, data: EvalData, family
     engine = _build(variant, onnx_path, engine_path, cfg, data, names, result)
     runner_kwargs = finish_variant(result, engine, cfg)
     with engine.runner(**runner_kwargs) as runner:
-        result.metrics = score(runner, data, names, family, onnx_path)
+        result.metrics = score(runner, data, names, family, onnx_path, cfg.progress)
     return Timed(result, engine, runner_kwargs,
                  {b: feed_for(data.timing(b), names, onnx_path) for b in cfg.batch_sizes})
 
@@ -350,8 +355,9 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
     if report["failed_checks"]:
         echo(f"CHECKS FAILED: {', '.join(report['failed_checks'])} (measured anyway, marked "
              "in report.md)")
-    for flag in report["unstable"]:
-        echo(f"UNSTABLE: {flag}")
+    for line in (unstable_line(report), emulation_line(report)):
+        if line:
+            echo(line)
     return CompareReport(report, results, dict(paths))
 
 
