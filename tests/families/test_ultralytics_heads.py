@@ -49,7 +49,8 @@ def test_each_head_exports_int8_with_ultralytics_names_and_its_own_check(
     batches = [torch.rand(2, 3, 64, 64)]
     trtqat.quantize(model, forward_loop=batches)
     path = tmp_path / "m-int8.onnx"
-    result = trtqat.export_onnx(model, batches[0], path)
+    result = trtqat.export_onnx(model, batches[0], path, validation_data=[torch.rand(2, 3, 64,
+                                                                                    64)])
     assert result.passed, "\n".join(result.lines())
     graph = onnx.load(str(path)).graph
     assert [i.name for i in graph.input] == ["images"]
@@ -74,6 +75,18 @@ def test_task_heads_keep_their_final_convs_float() -> None:
         *common, "model.23.cv4.*.2", "model.23.proto.cv3*"}
     assert set(head_float_layers(_model("yolo11n-pose.yaml"))) == {*common, "model.23.cv4.*.2"}
     assert head_float_layers(_model("yolo11n-cls.yaml")) == ()
+
+
+def test_task_models_are_refused_for_training_and_classifiers_by_the_command_line() -> None:
+    """The detection data has no masks, keypoints or angles: a task model's loss is refused
+    in one line; the command line's detector builder refuses a classifier yaml."""
+    from trtqat.errors import TrtqatError
+    from trtqat.families.detect.ultralytics import UltralyticsLoss, build_yolo
+
+    with pytest.raises(TrtqatError, match="can be calibrated and exported"):
+        UltralyticsLoss(_model("yolo11n-seg.yaml"))
+    with pytest.raises(TrtqatError, match="Ultralytics classify model"):
+        build_yolo("yolo11n-cls.yaml", 3)
 
 
 def _pose_outputs(rng: np.random.Generator, shift: float = 0.0) -> np.ndarray:

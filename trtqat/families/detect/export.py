@@ -178,8 +178,10 @@ def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
     of its own step; the kept detections matched; the Q/DQ inventory of INT8 files."""
     head = head or Head()
     int8 = variant_row(variant).int8
-    if any(g.shape != r.shape for gs, rs in zip(candidate, reference) for g, r in zip(gs, rs)):
-        return [val.Check("outputs", False, "shape differs between ONNX Runtime and PyTorch")]
+    for i, name in enumerate(context.names):
+        if any(c[i].shape != r[i].shape for c, r in zip(candidate, reference)):
+            return [val.Check(f"output '{name}'", False, "shape differs between ONNX Runtime "
+                              "and PyTorch")]
     noise = _rounding(context) if int8 else None
     checks: list[val.Check] = []
     for i, name in enumerate(context.names):
@@ -191,7 +193,7 @@ def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
             got = np.concatenate([g[:, part].reshape(-1) for g in gots])
             checks.append(_slice_check(variant, name, label, unit, got, ref,
                                        _floor(diffs, part)))
-        if i == 0 and refs[0].ndim == 3 and refs[0].shape[1] > 4:
+        if refs[0].ndim == 3 and refs[0].shape[1] > 4:
             checks.append(_matched_check(variant, name, head, gots, refs, int8))
     if head.task == "segment" and len(context.names) > 1:
         got, ref, floor = mask_pairs(reference, candidate, head, noise)
@@ -207,11 +209,11 @@ def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
 
 
 def _parts(head: Head, index: int, ref: np.ndarray) -> list:
-    """The parts of output ``index``: the head's for its ``(B, C, A)`` output, else the
-    whole (a segment head's protos)."""
-    if index == 0 and ref.ndim == 3 and ref.shape[1] > 4:
+    """The parts of a ``(B, C, A)`` output (the head's), else the whole (a segment head's
+    protos, output ``index`` 1)."""
+    if ref.ndim == 3 and ref.shape[1] > 4:
         return head.parts(int(ref.shape[1]))
-    return [("all" if head.task != "segment" else "protos", slice(None), "")]
+    return [("protos" if head.task == "segment" and index == 1 else "all", slice(None), "")]
 
 
 def _matched_check(variant: str, name: str, head: Head, gots: list, refs: list,
