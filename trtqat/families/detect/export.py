@@ -23,6 +23,7 @@ from trtqat.export import validate as val
 from trtqat.families.detect.heads import Head, detections
 from trtqat.families.detect.masks import mask_pairs
 from trtqat.families.types import FamilyExport
+from trtqat.quant.plugins.ultralytics import head_task
 from trtqat.variants import variant as variant_row
 
 if TYPE_CHECKING:
@@ -56,6 +57,13 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
     val_data = _validation(ckpt, options, size) if options.validate else None
     plan, shape = family_plan(family, inputs, options, val_data, axes, batch)
     post = None
+    task = head_task(model)
+    if options.nms and task not in (None, "detect"):
+        from trtqat.export import ExportError
+
+        raise ExportError(f"--nms decodes a detection head's boxes and class scores, but this "
+                          f"is an Ultralytics {task} model (its output0 holds more): export "
+                          "it without --nms")
     if options.nms:
         from trtqat.families.detect.nms import nms_companion
 
@@ -80,7 +88,6 @@ def head_plan(plan: Any, model: nn.Module) -> Any:
 
     from trtqat.export.checks import classifier_checks
     from trtqat.families.detect.heads import head_of
-    from trtqat.quant.plugins.ultralytics import head_task
 
     head = head_of(model)
     plan.checks = (classifier_checks if head.task == "classify"
