@@ -65,6 +65,22 @@ def test_each_head_exports_int8_with_ultralytics_names_and_its_own_check(
         assert {f"model.23.cv4.{i}.2/Conv" for i in range(3)} <= on_purpose, on_purpose
 
 
+def test_the_export_plan_holds_ultralytics_outputs_alone() -> None:
+    """Fast form of the names check: the plan of a segmentation model built as a user
+    builds it names Ultralytics' two outputs, and the head in export mode returns just
+    those two tensors (not its (y, extras) tuple of internal tensors)."""
+    from trtqat import families
+
+    model = _model("yolo11n-seg.yaml")
+    family = families.of_module(model)
+    plan = family.module_plan(model, torch.rand(2, 3, 64, 64))
+    assert (family.name, plan.input_names, plan.output_names) == (
+        "detect", ["images"], ["output0", "output1"])
+    with torch.no_grad():
+        out = model(torch.rand(1, 3, 64, 64))
+    assert [tuple(t.shape) for t in out] == [(1, 4 + 3 + 32, 84), (1, 32, 16, 16)]
+
+
 def test_task_heads_keep_their_final_convs_float() -> None:
     """The float-head rule of each task head: its own final convs (cv4; a Segment head's
     protos' last conv) beside the box and class convs and the DFL; none for a classifier."""
