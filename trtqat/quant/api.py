@@ -35,7 +35,7 @@ from trtqat.quant.model_ops import (
 from trtqat.quant.modules import FLOAT_TO_QUANT
 from trtqat.quant.placement import Placement, place
 from trtqat.quant.placement.verify import verify_placement
-from trtqat.quant.plugins.ultralytics import head_float_layers
+from trtqat.quant.plugins.ultralytics import TASK_FLOAT, head_float_layers, head_task
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +71,10 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
         verify_placement(model, example_inputs, placement)
     marked = getattr(model, "trtqat_float_layers", None)
     if marked is None and (marked := head_float_layers(model)):
-        log.warning("NOTE the Ultralytics Detect head's prediction convs and DFL stay float (as "
+        log.warning("NOTE the Ultralytics %s head's prediction convs and DFL stay float%s (as "
                     "Ultralytics' QAT keeps them); set model.trtqat_float_layers = () before "
-                    "quantize() to quantize them")
+                    "quantize() to quantize them", type(model.model[-1]).__name__,
+                    TASK_FLOAT.get(head_task(model) or "", ""))
     keep_float = (*held(model, tuple(marked or ())), *cfg.keep_float)
     if keep_float:
         disable_layers(model, keep_float)

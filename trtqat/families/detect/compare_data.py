@@ -56,6 +56,7 @@ def _exporter(family: Any, variant: Variant, scored: list) -> Any:
     import torch
 
     from trtqat.export.onnx_export import Exporter, image_plan
+    from trtqat.families.detect.export import head_plan
     from trtqat.families.detect.sources import float_layers, io_names
     from trtqat.families.detect.ultralytics import anchors_follow_input
 
@@ -70,5 +71,4 @@ def _exporter(family: Any, variant: Variant, scored: list) -> Any:
     plan = image_plan(torch.from_numpy(scored[0][0][:2]), dynamic_batch=True,
                       validation_data=[torch.from_numpy(x) for x, _ in scored[:2]])
     plan.input_names, plan.output_names = io_names(model)
-    plan.checks = family.export_check
-    return Exporter(model, family.stamp_plan(plan))
+    return Exporter(model, family.stamp_plan(head_plan(plan, model)))

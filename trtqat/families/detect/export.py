@@ -20,13 +20,15 @@ from torch import nn
 
 from trtqat.export import criterion as crit
 from trtqat.export import validate as val
+from trtqat.families.detect.heads import Head, detections
+from trtqat.families.detect.masks import mask_pairs
 from trtqat.families.types import FamilyExport
+from trtqat.quant.plugins.ultralytics import head_task
 from trtqat.variants import variant as variant_row
 
 if TYPE_CHECKING:
     from trtqat.stages.export import ExportOptions
 
-SLICES = (("boxes", slice(0, 4), "px"), ("scores", slice(4, None), ""))  # of axis 1
 MATCH_SCORE = 0.25   # detections compared: those a deployment keeps
 MATCH_IOU = 0.9      # the same detection: same class, this IoU
 MIN_MATCHED = {"fp32": 0.99, "fp16": 0.97}  # share of the reference's detections; int8: 0.95
@@ -55,12 +57,20 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
     val_data = _validation(ckpt, options, size) if options.validate else None
     plan, shape = family_plan(family, inputs, options, val_data, axes, batch)
     post = None
+    task = head_task(model)
+    if options.nms and task not in (None, "detect"):
+        from trtqat.export import ExportError
+
+        raise ExportError(f"--nms decodes a detection head's boxes and class scores, but this "
+                          f"is an Ultralytics {task} model (its output0 holds more): export "
+                          "it without --nms")
     if options.nms:
         from trtqat.families.detect.nms import nms_companion
 
         def post(path, result):
             return nms_companion(path, plan, val_data or [inputs.example[0]])
 
+    plan = head_plan(plan, model)
     h, w = (size, size) if isinstance(size, int) else size
     return FamilyExport(plan, str(spec["arch"]), shape, batch=options.batch,
                         io_dtype=options.io_dtype,
@@ -68,6 +78,23 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
                               "input_shape": [batch or "N", 3, h, w],
                               "input_names": plan.input_names,
                               "output_names": plan.output_names}, post=post)
+
+
+def head_plan(plan: Any, model: nn.Module) -> Any:
+    """``plan`` checked as what ``model``'s head outputs (:func:`detection_checks` of its
+    :class:`~.heads.Head`; an Ultralytics classifier's top-1 agreement), the head's task
+    in the file's metadata (``trtqat.head``) for an Ultralytics model."""
+    from functools import partial
+
+    from trtqat.export.checks import classifier_checks
+    from trtqat.families.detect.heads import head_of
+
+    head = head_of(model)
+    plan.checks = (classifier_checks if head.task == "classify"
+                   else partial(detection_checks, head=head))
+    if head_task(model) is not None:
+        plan.metadata = {**plan.metadata, "trtqat.head": head.task}
+    return plan
 
 
 def _validation(ckpt: dict[str, Any], options: ExportOptions, size: Any) -> list:
@@ -80,33 +107,27 @@ def _validation(ckpt: dict[str, Any], options: ExportOptions, size: Any) -> list
     return [x for x, _ in islice(batches, options.val_batches or 4)]
 
 
-def _slices(ref: np.ndarray) -> list[tuple[str, slice, str]]:
-    """The declared slices of a head output ``(B, 4 + C, A)``; the whole of anything else."""
-    if ref.ndim == 3 and ref.shape[1] > 4:
-        return list(SLICES)
-    return [("all", slice(None), "")]
-
-
-def _rounding(context: Any, index: int) -> list[np.ndarray] | None:
-    """Per batch, |float64 - float32| of the exported reference's output ``index``: the
-    rounding noise of a Q/DQ model (None when it cannot run in float64)."""
+def _rounding(context: Any) -> list[list[tuple[np.ndarray, np.ndarray]]] | None:
+    """Per batch and output, ``(float64, float32)`` outputs of the exported reference: the
+    rounding noise of a Q/DQ model is their difference (None when it cannot run in
+    float64)."""
     import torch
+
+    from trtqat.outputs import flatten
 
     model64 = crit.float64_reference(context.traced) if context.traced is not None else None
     if model64 is None or not context.batches:
         return None
-    diffs = []
+    pairs = []
     with torch.no_grad():
         for inputs in context.batches:
-            out64 = model64(*(t.double() for t in inputs))
-            out32 = context.traced(*(t.float() for t in inputs))
-            if isinstance(out64, (tuple, list)):
-                out64, out32 = out64[index], out32[index]
-            diffs.append((out64 - out32.double()).abs().numpy())
-    return diffs
+            out64 = [t for _, t in flatten(model64(*(t.double() for t in inputs)))]
+            out32 = [t for _, t in flatten(context.traced(*(t.float() for t in inputs)))]
+            pairs.append([(a.numpy(), b.double().numpy()) for a, b in zip(out64, out32)])
+    return pairs
 
 
-def _floor(diffs: list[np.ndarray] | None, part: slice) -> float | None:
+def _floor(diffs: list[np.ndarray] | None, part: Any) -> float | None:
     if not diffs:
         return None
     d = np.concatenate([x[:, part].reshape(-1) for x in diffs])
@@ -156,32 +177,34 @@ def matched_share(got: np.ndarray, ref: np.ndarray) -> tuple[int, int]:
 
 
 def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
-                     candidate: Sequence[Sequence[np.ndarray]], context: Any) -> list[val.Check]:
-    """Per output and declared slice (boxes, scores): float variants within the variants
-    table's relative tolerance, INT8 within the noise-floor criterion of its own step; the
-    kept detections matched; the Q/DQ inventory of INT8 files."""
+                     candidate: Sequence[Sequence[np.ndarray]], context: Any,
+                     head: Head | None = None) -> list[val.Check]:
+    """Per part of the head's outputs (boxes, scores, a task head's mask coefficients,
+    keypoints or angles; a segment head's protos and the masks they make): float variants
+    within the variants table's relative tolerance, INT8 within the noise-floor criterion
+    of its own step; the kept detections matched; the Q/DQ inventory of INT8 files."""
+    head = head or Head()
     int8 = variant_row(variant).int8
+    for i, name in enumerate(context.names):
+        if any(c[i].shape != r[i].shape for c, r in zip(candidate, reference)):
+            return [val.Check(f"output '{name}'", False, "shape differs between ONNX Runtime "
+                              "and PyTorch")]
+    noise = _rounding(context) if int8 else None
     checks: list[val.Check] = []
     for i, name in enumerate(context.names):
         refs = [r[i] for r in reference]
         gots = [c[i] for c in candidate]
-        if any(g.shape != r.shape for g, r in zip(gots, refs)):
-            return [val.Check(f"output '{name}'", False, "shape differs between ONNX Runtime "
-                              "and PyTorch")]
-        noise = _rounding(context, i) if int8 else None
-        for label, part, unit in _slices(refs[0]):
+        diffs = None if noise is None else [abs(a - b) for a, b in (n[i] for n in noise)]
+        for label, part, unit in _parts(head, i, refs[0]):
             ref = np.concatenate([r[:, part].reshape(-1) for r in refs])
             got = np.concatenate([g[:, part].reshape(-1) for g in gots])
-            floor = _floor(noise, part)
-            checks.append(_slice_check(variant, name, label, unit, got, ref, floor))
+            checks.append(_slice_check(variant, name, label, unit, got, ref,
+                                       _floor(diffs, part)))
         if refs[0].ndim == 3 and refs[0].shape[1] > 4:
-            matched, total = map(sum, zip(*(matched_share(g, r) for g, r in zip(gots, refs))))
-            need = MIN_MATCHED_INT8 if int8 else MIN_MATCHED.get(variant, 0.97)
-            ok = total == 0 or matched >= need * total
-            checks.append(val.Check(f"detections '{name}'", ok,
-                                    f"{matched} of {total} kept detections (score >= "
-                                    f"{MATCH_SCORE}) match PyTorch's (same class, IoU >= "
-                                    f"{MATCH_IOU}; >= {need:.0%} needed)"))
+            checks.append(_matched_check(variant, name, head, gots, refs, int8))
+    if head.task == "segment" and len(context.names) > 1:
+        got, ref, floor = mask_pairs(reference, candidate, head, noise)
+        checks.append(_slice_check(variant, context.names[1], "masks", "", got, ref, floor))
     if int8 and context.traced is not None and context.onnx_path:
         import onnx
 
@@ -190,3 +213,23 @@ def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
         checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced,
                                           fp16=variant_row(variant).fp16))
     return checks
+
+
+def _parts(head: Head, index: int, ref: np.ndarray) -> list:
+    """The parts of a ``(B, C, A)`` output (the head's), else the whole (a segment head's
+    protos, output ``index`` 1)."""
+    if ref.ndim == 3 and ref.shape[1] > 4:
+        return head.parts(int(ref.shape[1]))
+    return [("protos" if head.task == "segment" and index == 1 else "all", slice(None), "")]
+
+
+def _matched_check(variant: str, name: str, head: Head, gots: list, refs: list,
+                   int8: bool) -> val.Check:
+    """The reference's kept detections (boxes and class scores alone) the candidate has."""
+    pairs = [(detections(g, head), detections(r, head)) for g, r in zip(gots, refs)]
+    matched, total = map(sum, zip(*(matched_share(g, r) for g, r in pairs)))
+    need = MIN_MATCHED_INT8 if int8 else MIN_MATCHED.get(variant, 0.97)
+    ok = total == 0 or matched >= need * total
+    return val.Check(f"detections '{name}'", ok,
+                     f"{matched} of {total} kept detections (score >= {MATCH_SCORE}) match "
+                     f"PyTorch's (same class, IoU >= {MATCH_IOU}; >= {need:.0%} needed)")

@@ -36,11 +36,13 @@ class DetectFamily(ModelFamily):
         return kind_of(model) is not None
 
     def claims_module(self, model: nn.Module) -> bool:
-        """The built-in detector and Ultralytics detection models (``trtqat.export_onnx``)."""
-        from trtqat.families.detect.ultralytics import is_yolo
+        """The built-in detector and Ultralytics models (``trtqat.export_onnx``): detection,
+        segmentation, pose, OBB, and classification (exported as Ultralytics exports it,
+        checked as a classifier)."""
         from trtqat.families.detect.yolo import YoloDigits
+        from trtqat.quant.plugins.ultralytics import head_task
 
-        return isinstance(model, YoloDigits) or is_yolo(model)
+        return isinstance(model, YoloDigits) or head_task(model) is not None
 
     # ---- models -------------------------------------------------------------------------
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
@@ -174,10 +176,13 @@ class DetectFamily(ModelFamily):
 
     def stamp_plan(self, plan: Any) -> Any:
         """The family's metadata, and ``trtqat.task=detection``: engine builders then check
-        a re-encoding by detection agreement (``trtqat.engines.detect_agreement``)."""
+        a re-encoding by detection agreement (``trtqat.engines.detect_agreement``); an
+        Ultralytics classifier's file is a classifier's."""
         import dataclasses
 
         plan = super().stamp_plan(plan)
+        if plan.metadata.get("trtqat.head") == "classify":
+            return plan
         return dataclasses.replace(plan, metadata={**plan.metadata,
                                                    "trtqat.task": "detection"})
 
@@ -189,17 +194,20 @@ class DetectFamily(ModelFamily):
         return detection_checks(variant, reference, candidate, context)
 
     def module_plan(self, model: nn.Module, example_inputs: Any, **options: Any) -> Any:
-        """As ``trtqat export`` exports a detector: ``images``/``output0``, the layers whose
-        quantizers are disabled (the float head) marked as float on purpose, the per-slice
-        check."""
+        """As ``trtqat export`` exports a detector: ``images``/``output0`` (and ``output1``,
+        a segmentation head's protos: Ultralytics' names), the layers whose quantizers are
+        disabled (the float head) marked as float on purpose, the check of what each part
+        of the head's outputs means. An Ultralytics head is put in export mode (as
+        Ultralytics' exporter does), so the file holds its export outputs alone."""
         from trtqat.export.onnx_export import model_plan
+        from trtqat.families.detect.export import head_plan
         from trtqat.families.detect.sources import io_names
         from trtqat.families.detect.ultralytics import anchors_follow_input
 
         anchors_follow_input(model)  # a batch seen in calibration must not fix the file's
-        plan = model_plan(model, example_inputs, checks=self.export_check, **options)
+        plan = model_plan(model, example_inputs, **options)
         plan.input_names, plan.output_names = io_names(model)
-        return plan
+        return head_plan(plan, model)
 
     def export_plan(self, model: nn.Module, ckpt: dict[str, Any], options: Any) -> Any:
         from trtqat.families.detect.export import detector_export

@@ -75,8 +75,12 @@ def train_epoch(model: nn.Module, loader: Iterable, criterion: Callable, optimiz
 @torch.no_grad()
 def predict(model: nn.Module, loader: Iterable, device: Any = "cpu", *, acc: Accel | None = None,
             limit: int | None = None) -> tuple[list, list]:
-    """``(detections, targets)`` per image of ``model`` (eval mode) on ``loader``."""
+    """``(detections, targets)`` per image of ``model`` (eval mode) on ``loader`` (the boxes
+    and class scores of a task head: see :func:`.heads.detections`)."""
+    from trtqat.families.detect.heads import detections, head_of
+
     acc = acc or Accel(torch.device(device))
+    head = head_of(getattr(model, "module", model))
     was = model.training
     model.eval()
     dets, targets = [], []
@@ -86,7 +90,7 @@ def predict(model: nn.Module, loader: Iterable, device: Any = "cpu", *, acc: Acc
                 break
             with acc.autocast():
                 out = model(acc.inputs(x.to(acc.device)))
-            dets += postprocess(out.float())
+            dets += postprocess(detections(out, head).float())
             targets += [tt.numpy() for tt in t]
     finally:
         model.train(was)

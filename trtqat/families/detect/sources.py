@@ -139,10 +139,13 @@ def float_layers(model: nn.Module) -> tuple[str, ...]:
 
 
 def io_names(model: nn.Module) -> tuple[list[str], list[str]]:
-    """The model's ONNX input and output names (``images``/``output0`` unless it sets
-    ``input_names``/``output_names``)."""
+    """The model's ONNX input and output names (``images``/``output0``, and ``output1`` for
+    an Ultralytics segmentation head's protos, unless it sets ``input_names``/
+    ``output_names``)."""
+    from trtqat.families.detect.heads import head_of
+
     ins = getattr(model, "input_names", None) or DEFAULT_NAMES[0]
-    outs = getattr(model, "output_names", None) or DEFAULT_NAMES[1]
+    outs = getattr(model, "output_names", None) or head_of(model).output_names
     return list(ins), list(outs)
 
 

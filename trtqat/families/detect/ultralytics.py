@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from trtqat.errors import TrtqatError
-from trtqat.quant.plugins.ultralytics import head_float_layers
+from trtqat.quant.plugins.ultralytics import head_float_layers, head_task
 from trtqat.quant.plugins.ultralytics import is_detection_model as is_yolo
 
 
@@ -55,13 +55,14 @@ def _ready(net: nn.Module) -> nn.Module:
     """Hyperparameters for the loss, and the head's export-mode output."""
     from ultralytics.cfg import get_cfg
 
-    if type(net).__name__ != "DetectionModel":
+    if not is_yolo(net):
         raise UltralyticsModelError(f"{type(net).__name__} is not a detection model: trtqat's "
-                                    "detect family takes Ultralytics detection models "
-                                    "(yolov8n.yaml, yolo11n.yaml, or their .pt)")
+                                    "detect family takes Ultralytics detection, segmentation, "
+                                    "pose and OBB models (yolo11n.yaml, yolo11n-seg.yaml, ..., "
+                                    "or their .pt)")
     net.args = get_cfg()
     head = net.model[-1]
-    head.export = True  # eval: the (B, 4 + nc, A) tensor alone
+    head.export = True  # eval: the head's export outputs alone (see .heads)
     net.trtqat_float_layers = head_float_layers(net)  # trtqat.quantize keeps them float
     if getattr(head, "one2one_cv2", None) is not None and getattr(head, "cv2", None) is not None:
         head.end2end = False  # the one-to-many outputs: NMS is trtqat's (or the export's)
@@ -69,12 +70,26 @@ def _ready(net: nn.Module) -> nn.Module:
 
 
 def anchors_follow_input(model: nn.Module) -> None:
-    """Before an export: make an Ultralytics detection head compute its anchors from each
-    input's feature maps (``dynamic``, what Ultralytics' own exporter sets). Otherwise the
-    head compares the input with the shape it cached on its last run (calibration, a
-    BatchNorm-fold check), and ``torch.export`` fixes the exported batch to that run's."""
-    if is_yolo(model) and hasattr(model.model[-1], "dynamic"):
-        model.model[-1].dynamic = True
+    """Before an export: an Ultralytics head in export mode, its anchors computed from each
+    input (see :func:`.heads.export_mode`)."""
+    from trtqat.families.detect.heads import export_mode
+
+    export_mode(model)
+
+
+def _task_model(tasks: Any, cfg: Any) -> Any:
+    """The Ultralytics model class of a yaml's head (``DetectionModel``, ``SegmentationModel``,
+    ``PoseModel``, ``OBBModel``); a one-line error for the tasks trtqat does not build."""
+    task = tasks.guess_model_task(cfg)
+    classes = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel,
+               "pose": tasks.PoseModel, "obb": tasks.OBBModel}
+    if task not in classes:
+        name = cfg if isinstance(cfg, (str, Path)) else (cfg or {}).get("yaml_file", "the yaml")
+        raise UltralyticsModelError(f"--model {name} is an Ultralytics {task} model: trtqat's "
+                                    "command line builds detection, segmentation, pose and OBB "
+                                    "models (a classifier goes through trtqat.quantize and "
+                                    "trtqat.export_onnx in Python)")
+    return classes[task]
 
 
 def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None = None
@@ -86,7 +101,8 @@ def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None
     tasks = _ultralytics()
     if yaml is not None:
         cfg = copy.deepcopy(yaml)
-        return _ready(tasks.DetectionModel(cfg, nc=num_classes or cfg.get("nc"), verbose=False))
+        return _ready(_task_model(tasks, cfg)(cfg, nc=num_classes or cfg.get("nc"),
+                                              verbose=False))
     if Path(source).suffix.lower() == ".pt":
         path = Path(source).expanduser()
         try:  # the user's own Ultralytics file: Ultralytics unpickles it
@@ -101,11 +117,11 @@ def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None
             net = fresh
         return _ready(net)
     try:
-        net = tasks.DetectionModel(source, nc=num_classes, verbose=False)
+        cfg = tasks.yaml_model_load(source)
     except FileNotFoundError:
         raise UltralyticsModelError(f"--model {source}: no such Ultralytics model yaml (a "
                                     "file, or a bundled name such as yolov8n.yaml)") from None
-    return _ready(net)
+    return _ready(_task_model(tasks, cfg)(cfg, nc=num_classes, verbose=False))
 
 
 def check_trusted(source: str) -> None:
@@ -144,6 +160,12 @@ class UltralyticsLoss(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
+        task = head_task(model)
+        if task != "detect":  # its loss needs masks, keypoints or angles the data lacks
+            raise UltralyticsModelError(f"trtqat trains Ultralytics detection models only: "
+                                        f"this {task} model can be calibrated and exported "
+                                        "(trtqat calibrate, trtqat export), not trained "
+                                        "(trtqat train, trtqat qat)")
         self.criterion = model.init_criterion()
 
     def forward(self, preds: Any, targets: list[torch.Tensor], image_hw: tuple[int, int]
