@@ -26,6 +26,7 @@ import sys
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from trtqat.cli.family_help import families_help, method_help  # noqa: F401  (O.method_help ...)
 from trtqat.cli.validate import (
     BadValue,
     finite_float,
@@ -100,33 +101,6 @@ def add_model(g: Group, default: str | None = None, help: str = "the model") -> 
     ``--trust-model-file`` (an Ultralytics ``.pt`` is a pickle: it runs code when loaded)."""
     g.add_argument("--model", "-m", default=default, help=help)
     add_trust_model_file(g)
-
-
-def families_help(text: str, tasks: tuple[str, ...] | None = None) -> str:
-    """``text``, completed in --help by what each registered family takes as ``--model``
-    (only the families of ``tasks``, e.g. ``("classification", "detection")``)."""
-    from trtqat.cli.parsing import LazyHelp
-
-    def complete() -> str:
-        from trtqat import families
-
-        found = [f.summary for f in families.all_families() if tasks is None or f.task in tasks]
-        return f"{text}: {'; '.join(found)}"
-
-    return LazyHelp(f"{text} (every model family's; see --help)", complete)
-
-
-def method_help(text: str) -> str:
-    """``text`` and, in --help, each family's default ``--method`` (from its recipe)."""
-    from trtqat.cli.parsing import LazyHelp
-
-    def complete() -> str:
-        from trtqat import families
-
-        found = ", ".join(f"{m} for {who}" for who, m in families.calibration_defaults())
-        return f"{text} (default: the model family's: {found})"
-
-    return LazyHelp(f"{text} (default: the model family's)", complete)
 
 
 def add_checkpoint(g: Group, required: bool = False, help: str = "checkpoint (a .pt of a "
