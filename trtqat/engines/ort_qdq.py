@@ -21,15 +21,19 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
+from trtqat.atomic import write_atomic
 from trtqat.engines.hints import ORT_PASSES, read_hints
 from trtqat.engines.onnx_io import has_float16
+from trtqat.engines.ort_check import describe_inputs, synthetic_check_feeds
 from trtqat.engines.ort_inspect import (  # noqa: F401  (re-exported)
     DATA_OPS,
     DEFAULT_MIN_COSINE,
@@ -142,7 +146,8 @@ def _uint8_zero_point_0(g: Graph, names: list[str]) -> set[str]:
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
                      min_top1: float = 0.99, unify: bool = True, threads: int = 2,
                      count_nodes: bool = True, min_cosine: float | None = None,
-                     u8s8_exact: bool | None = None, faithful: bool = False
+                     u8s8_exact: bool | None = None, faithful: bool = False,
+                     check_feeds: Feeds | None = None
                      ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Rewrite a TensorRT-style Q/DQ ``model`` for ORT's CPU integer kernels.
 
@@ -150,7 +155,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     the inputs of the agreement check against ``model`` (:class:`AgreementError` when top-1
     agreement of a classifier is below ``min_top1``, or the mean cosine of embedding outputs
     below ``min_cosine``, default 0.98); without them added ranges come from neighbouring
-    quantizers and nothing is checked. ``unify`` gives a tensor read by several Q nodes one
+    quantizers and nothing is checked, unless ``check_feeds`` (then the check's inputs,
+    calibrating nothing: :func:`prepare_model` passes synthetic ones). An
+    :class:`AgreementError` carries the graph it checked as ``model``. ``unify`` gives a tensor read by several Q nodes one
     Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
     activation can exceed 127 steps as uint8 (see :mod:`trtqat.engines.ort_u8s8`); None
     measures whether this CPU needs it. ``faithful`` adds no quantizer the graph did not
@@ -221,18 +228,29 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
             "before": count_compute_nodes(optimized_model(model, threads)),
             "after": count_compute_nodes(optimized_model(new_model, threads)),
         }
-    if feeds:
-        report["agreement"] = check_agreement(model, new_model, feeds, min_top1, threads,
-                                              min_cosine)
+    check = list(check_feeds) if check_feeds else feeds
+    if check:
+        try:
+            report["agreement"] = check_agreement(model, new_model, check, min_top1, threads,
+                                                  min_cosine)
+        except AgreementError as exc:
+            exc.model = new_model  # for the user to inspect
+            raise
     report["seconds"] = round(time.perf_counter() - start, 3)
     log.info("CPU re-encoding: %s", report)
     return new_model, report
 
 
 def _agreement_text(agreement: dict[str, Any]) -> str:
+    if agreement.get("non_finite"):
+        return "non-finite outputs"
     if "mean_cosine" in agreement:
         return f"mean cosine {agreement['mean_cosine']:.4f}"
-    return f"top-1 agreement {agreement.get('top1_agreement', float('nan')):.2%}"
+    what = "detection" if agreement.get("metric") == "detection" else "top-1"
+    text = f"{what} agreement {agreement.get('top1_agreement', float('nan')):.2%}"
+    if agreement.get("metric") == "top1":
+        text += f", centered cosine {agreement.get('mean_centered_cosine', float('nan')):.4f}"
+    return text
 
 
 # The re-encoding's calibration, constant folding and agreement check run ORT on this many
@@ -251,18 +269,75 @@ def _figure(agreement: dict[str, Any] | None) -> float | None:
 
 
 def verdict_record(feeds: list, kwargs: dict[str, Any], integer: dict[str, Any] | None,
-                   faithful: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the integer-or-faithful verdict depended on: the check inputs, the metric and
-    threshold, and the figure measured for each graph tried (None: not built)."""
+                   faithful: dict[str, Any] | None = None,
+                   synthetic: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the integer-or-faithful verdict depended on: the check inputs (``synthetic``:
+    their description when no calibration inputs were given), the metric and threshold,
+    and the figure measured for each graph tried (None: not built)."""
     metric = (integer or faithful or {}).get("metric")
     threshold = (kwargs.get("min_cosine") if metric == "cosine" else kwargs.get("min_top1"))
     if metric == "cosine" and threshold is None:
         threshold = DEFAULT_MIN_COSINE
-    return {"inputs": len(feeds), "samples": (integer or faithful or {}).get("samples", 0),
-            "source": "calib_feeds" if feeds else "none (not checked)",
-            "metric": metric, "threshold": threshold if feeds else None,
-            "threads": BUILD_THREADS, "integer": _figure(integer),
-            "faithful": _figure(faithful)}
+    checked = bool(feeds) or bool(synthetic)
+    record = {"inputs": len(feeds) if feeds else (synthetic or {}).get("feeds", 0),
+              "samples": (integer or faithful or {}).get("samples", 0),
+              "source": ("calib_feeds" if feeds else "synthetic" if synthetic
+                         else "none (not checked)"),
+              "metric": metric, "threshold": threshold if checked else None,
+              "threads": BUILD_THREADS, "integer": _figure(integer),
+              "faithful": _figure(faithful)}
+    if metric == "top1":
+        cos = kwargs.get("min_cosine")
+        record["centered_cosine_threshold"] = DEFAULT_MIN_COSINE if cos is None else cos
+    if synthetic and not feeds:
+        record["synthetic"] = synthetic
+    return record
+
+
+def _inspect_dir(*errors: AgreementError) -> str | None:
+    """The graphs ``errors`` checked, saved for the user in a new temporary folder."""
+    found = [(name, getattr(e, "model", None)) for name, e in zip(("integer", "faithful"),
+                                                                   errors)]
+    if not any(m is not None for _, m in found):
+        return None
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="trtqat-reencoded-"))
+        for name, graph in found:
+            if graph is not None:
+                write_atomic(folder / f"{name}.onnx", lambda f, g=graph: f.write(
+                    g.SerializeToString()))
+    except OSError:  # no room to keep them: the message says so by naming no folder
+        return None
+    return str(folder)
+
+
+def _both_failed(integer: AgreementError, faithful: AgreementError, kwargs: dict[str, Any],
+                 inputs: str) -> AgreementError:
+    """One line: both re-encodings failed the check, with both figures and what to do."""
+    def figure(error: AgreementError) -> str:
+        if error.agreement:
+            return _agreement_text(error.agreement)
+        return str(error).splitlines()[0].split(": ", 1)[-1].split(";")[0]
+
+    found = integer.agreement or faithful.agreement or {}
+    metric, top1 = found.get("metric"), kwargs.get("min_top1", 0.99)
+    cos = kwargs.get("min_cosine")
+    cos = DEFAULT_MIN_COSINE if cos is None else cos
+    needs = {"cosine": f"mean cosine >= {cos:.4f}",
+             "top1": f"top-1 >= {top1:.2%} and centered cosine >= {cos:.4f}",
+             "detection": f"detection agreement >= {top1:.2%}"}.get(metric)
+    n = found.get("samples")
+    where = _inspect_dir(integer, faithful)
+    text = (f"CPU re-encoding moved the outputs too far on {inputs}: fully integer graph: "
+            f"{figure(integer)}; faithful graph: {figure(faithful)}"
+            + (f" (needs {needs} on {n} inputs)" if needs else "")
+            + (f"; inspect {where}" if where else "") + " or build with --ortPrepare=none")
+    if kwargs.get("u8s8_exact") and u8s8_saturates():
+        text += ("; with --cpuInt8=fast on this CPU, whose uint8 x int8 kernels saturate: "
+                 "build with --cpuInt8=exact")
+    error = AgreementError(text)
+    error.agreement = faithful.agreement
+    return error
 
 
 def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
@@ -285,20 +360,23 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
               "threads": BUILD_THREADS,
               "min_cosine": getattr(options, "min_cosine", None),
               "u8s8_exact": None if getattr(options, "u8s8_guard", True) else True}
+    synthetic: dict[str, Any] | None = None
+    if not feeds and is_tensorrt_qdq(model):  # no calibration inputs: check on synthetic ones
+        kwargs["check_feeds"], synthetic = synthetic_check_feeds(model, options)
+        log.info("CPU re-encoding: no calibration inputs; checking it on %s",
+                 describe_inputs(synthetic))
     try:
         new_model, report = reencode_for_cpu(model, feeds, **kwargs)
-        verdict = verdict_record(feeds, kwargs, report.get("agreement"))
+        verdict = verdict_record(feeds, kwargs, report.get("agreement"), synthetic=synthetic)
     except AgreementError as exc:  # added requantization moved the outputs: do without it
         first = str(exc).splitlines()[0]
         try:
             new_model, report = reencode_for_cpu(model, feeds, faithful=True, **kwargs)
         except AgreementError as again:
-            if kwargs["u8s8_exact"] and u8s8_saturates():
-                raise AgreementError(f"{str(again).splitlines()[0]}; with --cpuInt8=fast on "
-                                     "this CPU, whose uint8 x int8 kernels saturate: build "
-                                     "with --cpuInt8=exact") from None
-            raise
-        verdict = verdict_record(feeds, kwargs, exc.agreement, report.get("agreement"))
+            raise _both_failed(exc, again, kwargs, "calibration inputs" if feeds else
+                               "synthetic inputs (no calibration inputs given)") from None
+        verdict = verdict_record(feeds, kwargs, exc.agreement, report.get("agreement"),
+                                 synthetic)
         report["full_reencoding"] = first
         reason = first.split(": ", 1)[-1].split(";")[0]
         log.warning("CPU re-encoding: the fully integer graph moved the outputs too far (%s); "
