@@ -127,6 +127,7 @@ def test_without_calibration_inputs_synthetic_inputs_check_it(tmp_path, caplog):
     verdict = engine.header["reencoding"]["verdict"]
     assert (verdict["inputs"], verdict["samples"], verdict["source"]) == (2, 16, "synthetic")
     assert verdict["integer"] >= 0.99 and verdict["threshold"] == 0.99
+    assert 0 < verdict["decisive"] <= 16 and verdict["centered_cosine"]["integer"] >= 0.98
     x = verdict["synthetic"]["x"]
     scale = next(numpy_helper.to_array(t) for t in qdq_model.graph.initializer
                  if t.name == qdq_model.graph.node[0].input[1])  # the input quantizer's

@@ -5,8 +5,8 @@ made of it, and check how far the outputs moved.
 As exported for TensorRT (int8 symmetric Q/DQ on layer inputs only) the graph runs on float
 kernels in ORT plus Q/DQ overhead, slower than FP32. :func:`reencode_for_cpu` applies the
 passes of :mod:`trtqat.engines.ort_qdq_rewrite`, then compares the result with the
-unmodified model on the calibration inputs and fails below 99% top-1 agreement (classifiers)
-or below 0.99 mean cosine similarity (embedding models, see :func:`is_embedding_output`).
+unmodified model on the calibration inputs (:func:`prepare_model`: else on synthetic ones,
+:mod:`trtqat.engines.ort_check`) with the metric of the file's family (:func:`check_agreement`).
 MatMul graphs (transformer encoders) first get ORT's constant folding and afterwards the
 epilogue fusion of :mod:`trtqat.engines.ort_qdq_matmul`.
 
@@ -21,16 +21,13 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from trtqat.atomic import write_atomic
 from trtqat.engines.hints import ORT_PASSES, read_hints
 from trtqat.engines.onnx_io import has_float16
 from trtqat.engines.ort_check import describe_inputs, synthetic_check_feeds
@@ -71,6 +68,12 @@ from trtqat.engines.ort_u8s8 import (
     cpu_int8_info,
     exact_weights,
     u8s8_saturates,
+)
+from trtqat.engines.ort_verdict import (  # noqa: F401  (BUILD_THREADS re-exported)
+    BUILD_THREADS,
+    agreement_text,
+    both_failed,
+    verdict_record,
 )
 
 log = logging.getLogger(__name__)
@@ -241,103 +244,9 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     return new_model, report
 
 
-def _agreement_text(agreement: dict[str, Any]) -> str:
-    if agreement.get("non_finite"):
-        return "non-finite outputs"
-    if "mean_cosine" in agreement:
-        return f"mean cosine {agreement['mean_cosine']:.4f}"
-    what = "detection" if agreement.get("metric") == "detection" else "top-1"
-    text = f"{what} agreement {agreement.get('top1_agreement', float('nan')):.2%}"
-    if agreement.get("metric") == "top1":
-        text += f", centered cosine {agreement.get('mean_centered_cosine', float('nan')):.4f}"
-    return text
-
-
-# The re-encoding's calibration, constant folding and agreement check run ORT on this many
-# intra-op threads, whatever --threads says: float sums split across threads round
-# differently, which moved borderline verdicts (and added quantizer scales) between builds.
-BUILD_THREADS = 1
 # report entries that vary from build to build and stay out of the engine file
 _UNSTABLE = ("seconds",)
 
-
-def _figure(agreement: dict[str, Any] | None) -> float | None:
-    """The figure the verdict compares: mean cosine (embeddings) or top-1 agreement."""
-    if not agreement:
-        return None
-    return agreement.get("mean_cosine", agreement.get("top1_agreement"))
-
-
-def verdict_record(feeds: list, kwargs: dict[str, Any], integer: dict[str, Any] | None,
-                   faithful: dict[str, Any] | None = None,
-                   synthetic: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the integer-or-faithful verdict depended on: the check inputs (``synthetic``:
-    their description when no calibration inputs were given), the metric and threshold,
-    and the figure measured for each graph tried (None: not built)."""
-    metric = (integer or faithful or {}).get("metric")
-    threshold = (kwargs.get("min_cosine") if metric == "cosine" else kwargs.get("min_top1"))
-    if metric == "cosine" and threshold is None:
-        threshold = DEFAULT_MIN_COSINE
-    checked = bool(feeds) or bool(synthetic)
-    record = {"inputs": len(feeds) if feeds else (synthetic or {}).get("feeds", 0),
-              "samples": (integer or faithful or {}).get("samples", 0),
-              "source": ("calib_feeds" if feeds else "synthetic" if synthetic
-                         else "none (not checked)"),
-              "metric": metric, "threshold": threshold if checked else None,
-              "threads": BUILD_THREADS, "integer": _figure(integer),
-              "faithful": _figure(faithful)}
-    if metric == "top1":
-        cos = kwargs.get("min_cosine")
-        record["centered_cosine_threshold"] = DEFAULT_MIN_COSINE if cos is None else cos
-    if synthetic and not feeds:
-        record["synthetic"] = synthetic
-    return record
-
-
-def _inspect_dir(*errors: AgreementError) -> str | None:
-    """The graphs ``errors`` checked, saved for the user in a new temporary folder."""
-    found = [(name, getattr(e, "model", None)) for name, e in zip(("integer", "faithful"),
-                                                                   errors)]
-    if not any(m is not None for _, m in found):
-        return None
-    try:
-        folder = Path(tempfile.mkdtemp(prefix="trtqat-reencoded-"))
-        for name, graph in found:
-            if graph is not None:
-                write_atomic(folder / f"{name}.onnx", lambda f, g=graph: f.write(
-                    g.SerializeToString()))
-    except OSError:  # no room to keep them: the message says so by naming no folder
-        return None
-    return str(folder)
-
-
-def _both_failed(integer: AgreementError, faithful: AgreementError, kwargs: dict[str, Any],
-                 inputs: str) -> AgreementError:
-    """One line: both re-encodings failed the check, with both figures and what to do."""
-    def figure(error: AgreementError) -> str:
-        if error.agreement:
-            return _agreement_text(error.agreement)
-        return str(error).splitlines()[0].split(": ", 1)[-1].split(";")[0]
-
-    found = integer.agreement or faithful.agreement or {}
-    metric, top1 = found.get("metric"), kwargs.get("min_top1", 0.99)
-    cos = kwargs.get("min_cosine")
-    cos = DEFAULT_MIN_COSINE if cos is None else cos
-    needs = {"cosine": f"mean cosine >= {cos:.4f}",
-             "top1": f"top-1 >= {top1:.2%} and centered cosine >= {cos:.4f}",
-             "detection": f"detection agreement >= {top1:.2%}"}.get(metric)
-    n = found.get("samples")
-    where = _inspect_dir(integer, faithful)
-    text = (f"CPU re-encoding moved the outputs too far on {inputs}: fully integer graph: "
-            f"{figure(integer)}; faithful graph: {figure(faithful)}"
-            + (f" (needs {needs} on {n} inputs)" if needs else "")
-            + (f"; inspect {where}" if where else "") + " or build with --ortPrepare=none")
-    if kwargs.get("u8s8_exact") and u8s8_saturates():
-        text += ("; with --cpuInt8=fast on this CPU, whose uint8 x int8 kernels saturate: "
-                 "build with --cpuInt8=exact")
-    error = AgreementError(text)
-    error.agreement = faithful.agreement
-    return error
 
 
 def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
@@ -373,7 +282,7 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
         try:
             new_model, report = reencode_for_cpu(model, feeds, faithful=True, **kwargs)
         except AgreementError as again:
-            raise _both_failed(exc, again, kwargs, "calibration inputs" if feeds else
+            raise both_failed(exc, again, kwargs, "calibration inputs" if feeds else
                                "synthetic inputs (no calibration inputs given)") from None
         verdict = verdict_record(feeds, kwargs, exc.agreement, report.get("agreement"),
                                  synthetic)
@@ -382,7 +291,7 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
         log.warning("CPU re-encoding: the fully integer graph moved the outputs too far (%s); "
                     "built the faithful one instead (no quantizers added: residual Adds and "
                     "the like run in float, slower), %s", reason,
-                    _agreement_text(report.get("agreement") or {}))
+                    agreement_text(report.get("agreement") or {}))
     if report.get("rewritten"):
         report["verdict"] = verdict
         stable = {k: v for k, v in report.items() if k not in _UNSTABLE}
