@@ -160,8 +160,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     below ``min_cosine``, default 0.98); without them added ranges come from neighbouring
     quantizers and nothing is checked, unless ``check_feeds`` (then the check's inputs,
     calibrating nothing: :func:`prepare_model` passes synthetic ones). An
-    :class:`AgreementError` carries the graph it checked as ``model``. ``unify`` gives a tensor read by several Q nodes one
-    Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
+    :class:`AgreementError` carries the graph it checked as ``model``. ``unify`` gives a
+    tensor read by several Q nodes one Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
     activation can exceed 127 steps as uint8 (see :mod:`trtqat.engines.ort_u8s8`); None
     measures whether this CPU needs it. ``faithful`` adds no quantizer the graph did not
     have (:data:`FAITHFUL_SKIPS`: a residual Add then runs in float after an integer conv
@@ -248,7 +248,6 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
 _UNSTABLE = ("seconds",)
 
 
-
 def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
     """The ORT backend's pre-session step: :func:`reencode_for_cpu` for TensorRT-style Q/DQ
     graphs, unchanged otherwise.
@@ -257,7 +256,10 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
     int8 weights where ORT's u8s8 kernels may saturate). When the re-encoding fails the
     agreement check, the ``faithful`` one is built instead (its report says why under
-    ``full_reencoding``); when that fails too, :class:`AgreementError` is raised. The report
+    ``full_reencoding``); when that fails too, :class:`AgreementError` is raised
+    (:func:`~trtqat.engines.ort_verdict.both_failed`). Without ``calib_feeds`` the check runs
+    on :func:`~trtqat.engines.ort_check.synthetic_check_feeds`, which the log and the
+    verdict name. The report
     (with ``verdict``: :func:`verdict_record`) is logged and stored in the model's metadata
     under ``trtqat.cpu_reencode``, without its timing: the same model and options give the
     same bytes. ORT runs on :data:`BUILD_THREADS` threads here, whatever ``threads`` says.
