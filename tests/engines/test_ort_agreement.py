@@ -52,7 +52,8 @@ def test_centered_cosine_sees_the_shape_of_near_constant_scores():
 def test_top1_counts_decisive_rows_and_the_centered_cosine_catches_a_broken_graph():
     """Random-weight scores (near-constant, tiny top-1 margins): rounding-level noise flips
     some top-1s, which the plain top-1 counted as failures; only rows whose reference leads
-    by a quarter of the scores' std count, and an unrelated graph fails on the cosine."""
+    by 3 standard deviations of the candidate's noise count, an unrelated graph fails on the
+    cosine, and a flip by one class moving alone (no noise elsewhere) counts."""
     rng = np.random.default_rng(0)
     x = (10.0 + 1e-3 * rng.standard_normal((64, 100))).astype(np.float32)
     feeds = [{"x": x}]
@@ -65,3 +66,9 @@ def test_top1_counts_decisive_rows_and_the_centered_cosine_catches_a_broken_grap
     assert found["mean_centered_cosine"] > 0.999
     with pytest.raises(AgreementError, match=r"mean centered cosine 0\.\d+ < 0\.9800 on 64"):
         check_agreement(ref_model, _add(1e-3 * rng.standard_normal(100)), feeds, threads=1)
+    lead = x.copy()
+    lead[:, 0] += 5e-3  # class 0 leads every row
+    moved = np.zeros(100)
+    moved[1] = 1e-2  # class 1 alone overtakes it: a localized error, not noise
+    with pytest.raises(AgreementError, match="top-1 agreement 0.00% < 99.00% on 64 inputs"):
+        check_agreement(ref_model, _add(moved), [{"x": lead}], threads=1, min_cosine=0.0)

@@ -171,21 +171,25 @@ def _top1_agrees(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return (pick == ref.argmax(-1)) | (ref.max(-1) - ref[rows, pick] <= tol)
 
 
-DECISIVE = 0.25  # a row's top-1 counts where the reference leads by this x its scores' std
+NOISE_Z = 3.0  # a top-1 counts where the reference leads by 3 standard deviations of noise
 
 
-def decisive_rows(ref: np.ndarray) -> np.ndarray:
-    """Per row of ``[rows, classes]`` reference scores: its top-1 is decisive, the lead of
-    its top-1 over the runner-up at least :data:`DECISIVE` times the standard deviation of
-    the row's scores (and beyond a float tie, :data:`TIE`). Rounding noise flips the rest
-    (the near-constant scores of a random-weight network) without telling anything."""
-    r = ref.astype(np.float64)
+def decisive_rows(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Per row of ``[rows, classes]`` scores: the reference's top-1 is decisive, its lead over
+    the runner-up beyond :data:`NOISE_Z` standard deviations of the noise the candidate
+    shows on that row (of the difference of two scores: sqrt(2) x the row's noise, estimated
+    robustly as 1.4826 x the median absolute difference, so that a large error on a few
+    classes does not raise it) and beyond a float tie (:data:`TIE`). Flips below that are
+    what noise of the measured level does to close scores (a random-weight network's); the
+    level itself is bounded by the centered cosine."""
+    r, c = ref.astype(np.float64), cand.astype(np.float64)
     if r.shape[-1] < 2:
         return np.zeros(len(r), bool)
     top2 = np.sort(r, -1)[:, -2:]
     margin = top2[:, 1] - top2[:, 0]
+    noise = 1.4826 * np.median(np.abs(c - r), axis=-1)
     tol = TIE * max(float(np.abs(r).max(initial=0.0)), np.finfo(np.float32).tiny)
-    return (margin >= DECISIVE * r.std(-1)) & (margin > tol)
+    return (margin > NOISE_Z * np.sqrt(2.0) * noise) & (margin > tol)
 
 
 def _centered(ref: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> np.ndarray:
@@ -265,7 +269,7 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
             agree, confident = detection_agreement(r, c)
             same, total = same + agree, total + confident
         else:
-            decisive = decisive_rows(r2)
+            decisive = decisive_rows(r2, c2)
             same += int((_top1_agrees(r2, c2) & decisive).sum())
             total += int(decisive.sum())
         diff = np.abs(r2.astype(np.float64) - c2)
