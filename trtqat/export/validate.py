@@ -7,6 +7,7 @@ Tolerances, per variant (``d`` = ORT - PyTorch, per output, over every checked b
   float32 error (the model rerun in float64, same inputs: :func:`~trtqat.export.criterion.
   half_floor`): float32 rounding grows with the output's magnitude and the model's depth
   (torchvision's efficientnet_v2_s, logits up to 1752, drifts 2e-4 with no export bug).
+  A model whose float32 rerun does not repeat its outputs bit for bit has no such floor.
 - fp16: ``max|d| / max|ref| <= 1e-2`` (fp16 keeps ~3 significant digits per layer).
 - int8 and int8-fp16, against the PyTorch fake-quant model: the criterion of
   :mod:`trtqat.export.criterion` (hard failures for export bugs, rounding noise reported
