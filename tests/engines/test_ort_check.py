@@ -102,7 +102,8 @@ def test_a_broken_reencoding_is_caught_without_calibration_inputs(tmp_path, monk
     found = re.search(r"on synthetic inputs \(no calibration inputs given\): fully integer "
                       r"graph: top-1 agreement ([\d.]+)%, centered cosine ([-\d.]+); faithful "
                       r"graph: top-1 agreement ([\d.]+)%, centered cosine ([-\d.]+) \(needs "
-                      r"top-1 >= 99.00% and centered cosine >= 0.9800 on 16 inputs\); inspect "
+                      r"top-1 >= 99.00% where decisive and centered cosine >= 0.9800, on 16 "
+                      r"inputs\); inspect "
                       r"(\S+) or build with --ortPrepare=none", message)
     assert found, message
     folder = Path(found.group(5))

@@ -100,14 +100,14 @@ def both_failed(integer: AgreementError, faithful: AgreementError, kwargs: dict[
     cos = kwargs.get("min_cosine")
     cos = DEFAULT_MIN_COSINE if cos is None else cos
     needs = {"cosine": f"mean cosine >= {cos:.4f}",
-             "top1": f"top-1 >= {top1:.2%} and centered cosine >= {cos:.4f}",
+             "top1": f"top-1 >= {top1:.2%} where decisive and centered cosine >= {cos:.4f}",
              "detection": f"detection agreement >= {top1:.2%}"}.get(metric)
     n = found.get("samples")
     where = _inspect_dir(integer, faithful)
     text = (f"CPU re-encoding moved the outputs too far on {inputs}: fully integer graph: "
             f"{figure(integer)}; faithful graph: {figure(faithful)}"
-            + (f" (needs {needs} on {n} inputs)" if needs else "")
-            + (f"; inspect {where}" if where else "") + " or build with --ortPrepare=none")
+            + (f" (needs {needs}, on {n} inputs)" if needs else "")
+            + (f"; inspect {where} or" if where else ";") + " build with --ortPrepare=none")
     if kwargs.get("u8s8_exact") and u8s8_saturates():
         text += ("; with --cpuInt8=fast on this CPU, whose uint8 x int8 kernels saturate: "
                  "build with --cpuInt8=exact")
