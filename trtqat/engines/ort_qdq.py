@@ -290,9 +290,10 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
                                  synthetic)
         report["full_reencoding"] = first
         reason = first.split(": ", 1)[-1].split(";")[0]
-        log.warning("CPU re-encoding: the fully integer graph moved the outputs too far (%s); "
-                    "built the faithful one instead (no quantizers added: residual Adds and "
-                    "the like run in float, slower), %s", reason,
+        log.warning("CPU re-encoding: the fully integer graph moved the outputs too far on %s "
+                    "(%s); built the faithful one instead (no quantizers added: residual Adds "
+                    "and the like run in float, slower), %s",
+                    "calibration inputs" if feeds else "synthetic inputs", reason,
                     agreement_text(report.get("agreement") or {}))
     if report.get("rewritten"):
         report["verdict"] = verdict
