@@ -60,14 +60,19 @@ def test_pool_out_of_kernel_range_runs_in_float(tmp_path):
 
 def test_engine_that_cannot_run_is_refused_and_runtime_errors_are_one_line(
         tmp_path, monkeypatch, capsys):
-    """Without the float fallback the engine fails its first inference: the build says so in
-    one line; an engine built past that check fails trtexec-style runs in one line."""
+    """Without the float fallback the engine fails its agreement check (on calibration or
+    synthetic inputs), else its first inference: the build says so in one line; an engine
+    built past both fails trtexec-style runs in one line."""
     from trtqat.cli.exec_cmd import main
     from trtqat.engines import ort, ort_qdq
 
     path = _vanishing_head(tmp_path)
     monkeypatch.setattr(ort_qdq, "float_pools_out_of_range", lambda g: [])
-    for calib, says in ((None, "fails its first inference"), (feeds(n=1, batch=2), "check")):
+    for calib, says in ((None, "check inputs"), (feeds(n=1, batch=2), "check inputs"),
+                        ("unchecked", "fails its first inference")):
+        if calib == "unchecked":
+            monkeypatch.setattr(ort_qdq, "check_agreement", lambda *args: {})
+            calib = None
         with pytest.raises(EngineBuildError) as info:
             build_engine(path, "ort", calib_feeds=calib)
         message = str(info.value)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 from trtqat.engines import ort_qdq
 from trtqat.engines.ort_qdq import AgreementError, cpu_session, reencode_for_cpu
@@ -105,24 +106,43 @@ def test_build_fails_when_the_faithful_one_moves_too(tmp_path, monkeypatch, fast
         build_engine(path, "ort", threads=1, calib_feeds=feeds(), u8s8_guard=not fast)
     assert calls == [False, True]
     assert ("build with --cpuInt8=exact" in str(err.value)) is fast
+    assert str(err.value).startswith(  # both figures (here the fake's), in one line
+        "CPU re-encoding moved the outputs too far on calibration inputs: fully integer graph: "
+        "top-1 agreement 50.00% < 99.00% on 24 inputs (max abs diff 1.0); faithful graph: "
+        "top-1 agreement 50.00% < 99.00% on 24 inputs (max abs diff 1.0); build with "
+        "--ortPrepare=none")
 
 
-def test_without_calibration_inputs_nothing_is_checked(tmp_path, monkeypatch):
-    """No inputs, no agreement check: the fully integer re-encoding, as before."""
+def test_without_calibration_inputs_synthetic_inputs_check_it(tmp_path, caplog):
+    """No calibration inputs: the fully integer re-encoding (ranges from neighbouring
+    quantizers), checked on seeded synthetic inputs in the input quantizer's range, which
+    the log and the engine header name."""
     from trtqat.engines import build_engine
 
     _, qdq_model = make(mobilenet_v2)
     path = tmp_path / "net.onnx"
     onnx.save(qdq_model, path)
-    engine = build_engine(path, "ort", threads=1)
+    with caplog.at_level("INFO", logger="trtqat.engines.ort_qdq"):
+        engine = build_engine(path, "ort", threads=1)
     meta = {p.key: p.value for p in onnx.load_from_string(engine.payload).metadata_props}
     report = json.loads(meta["trtqat.cpu_reencode"])
-    assert "faithful" not in report and "agreement" not in report
+    assert "faithful" not in report and report["agreement"]["metric"] == "top1"
+    assert report["passes"]["output_quantizers_added"]["calibrated"] == 0  # nothing calibrated
     assert engine.header["reencoding"]["kind"] == "integer"
     verdict = engine.header["reencoding"]["verdict"]
-    assert (verdict["inputs"], verdict["source"], verdict["integer"]) == (0, "none (not checked)",
-                                                                         None)
+    assert (verdict["inputs"], verdict["samples"], verdict["source"]) == (2, 16, "synthetic")
+    assert verdict["integer"] >= 0.99 and verdict["threshold"] == 0.99
+    assert 0 < verdict["decisive"] <= 16 and verdict["centered_cosine"]["integer"] >= 0.98
+    x = verdict["synthetic"]["x"]
+    scale = next(numpy_helper.to_array(t) for t in qdq_model.graph.initializer
+                 if t.name == qdq_model.graph.node[0].input[1])  # the input quantizer's
+    assert x["shape"] == [8, 3, 16, 16] and x["dtype"] == "float32"
+    assert f"[{-128 * float(scale):.4g}, {127 * float(scale):.4g}]" in x["values"]
+    logged = [r.getMessage() for r in caplog.records if "synthetic" in r.getMessage()]
+    assert logged and "x float32 8x3x16x16 normal in the input quantizer's range" in logged[0]
     assert engine.header["compute_nodes"]["integer"]
+    again = build_engine(path, "ort", threads=1)  # seeded: the same check, the same bytes
+    assert again.payload == engine.payload
 
 
 def test_compare_notes_the_faithful_engine():

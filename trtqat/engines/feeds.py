@@ -10,15 +10,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtqat.engines.errors import InputError
+from trtqat.engines.id_inputs import SAFE_TOKEN_RANGE, valid_integer_feed  # noqa: F401
 from trtqat.engines.specs import Shape, check_shapes
 from trtqat.finite import describe, first_non_finite
 
 if TYPE_CHECKING:
     from trtqat.engines.base import Engine
-
-# Fallback range of token-id inputs whose embedding table cannot be found (the tokenizers
-# of the BERT family have far more than 1000 ids).
-SAFE_TOKEN_RANGE = 1000
 
 
 def index_bounds(engine: Engine, onnx_path: str | os.PathLike[str] | None = None
@@ -40,28 +37,6 @@ def index_bounds(engine: Engine, onnx_path: str | os.PathLike[str] | None = None
     except Exception:  # best effort: the fallback range applies
         return {}
     return index_input_bounds(model)
-
-
-def valid_integer_feed(feed: Mapping[str, np.ndarray], bounds: Mapping[str, int],
-                       seed: int = 0) -> dict[str, np.ndarray]:
-    """Make random integer inputs valid for encoders: ``*mask*`` inputs all ones,
-    ``token_type``/``segment`` inputs zeros, other integer inputs (token ids) uniform in
-    ``[0, bound)`` (the embedding table's rows, else ``[0, 1000)``). Float and bool inputs
-    are kept."""
-    rng = np.random.default_rng(seed)
-    out = dict(feed)
-    for name, array in feed.items():
-        if array.dtype.kind not in "iu":
-            continue
-        low = name.lower()
-        if "mask" in low:
-            out[name] = np.ones_like(array)
-        elif "token_type" in low or "segment" in low:
-            out[name] = np.zeros_like(array)
-        else:
-            high = bounds.get(name, SAFE_TOKEN_RANGE)
-            out[name] = rng.integers(0, max(1, high), size=array.shape).astype(array.dtype)
-    return out
 
 
 def engine_feed(engine: Engine, shapes: Mapping[str, Shape] | None = None,

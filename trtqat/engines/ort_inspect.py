@@ -19,6 +19,7 @@ from trtqat.engines.detect_agreement import agreement as detection_agreement
 from trtqat.engines.detect_agreement import is_detection
 from trtqat.engines.errors import EngineBuildError
 from trtqat.engines.onnx_io import ort_disabled_optimizers
+from trtqat.engines.ort_check import check_metric
 
 Feeds = Sequence[dict[str, np.ndarray]]
 
@@ -170,13 +171,50 @@ def _top1_agrees(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return (pick == ref.argmax(-1)) | (ref.max(-1) - ref[rows, pick] <= tol)
 
 
+NOISE_Z = 3.0  # a top-1 counts where the reference leads by 3 standard deviations of noise
+
+
+def decisive_rows(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Per row of ``[rows, classes]`` scores: the reference's top-1 is decisive, its lead over
+    the runner-up beyond :data:`NOISE_Z` standard deviations of the noise the candidate
+    shows on that row (of the difference of two scores: sqrt(2) x the row's noise, estimated
+    robustly as 1.4826 x the median absolute difference, so that a large error on a few
+    classes does not raise it) and beyond a float tie (:data:`TIE`). Flips below that are
+    what noise of the measured level does to close scores (a random-weight network's); the
+    level itself is bounded by the centered cosine."""
+    r, c = ref.astype(np.float64), cand.astype(np.float64)
+    if r.shape[-1] < 2:
+        return np.zeros(len(r), bool)
+    top2 = np.sort(r, -1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    noise = 1.4826 * np.median(np.abs(c - r), axis=-1)
+    tol = TIE * max(float(np.abs(r).max(initial=0.0)), np.finfo(np.float32).tiny)
+    return (margin > NOISE_Z * np.sqrt(2.0) * noise) & (margin > tol)
+
+
+def _centered(ref: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> np.ndarray:
+    """Cosines of the rows minus their means, over the rows whose reference scores are not
+    constant (within float32 resolution)."""
+    out = []
+    for r, c in zip(ref, cand):
+        if not r.ndim or r.shape[-1] < 2:
+            continue
+        r2 = r.reshape(-1, r.shape[-1]).astype(np.float64)
+        c2 = c.reshape(-1, c.shape[-1]).astype(np.float64)
+        r2, c2 = r2 - r2.mean(-1, keepdims=True), c2 - c2.mean(-1, keepdims=True)
+        scale = TIE * np.sqrt(r2.shape[-1]) * np.abs(r.astype(np.float64)).max(-1).reshape(-1)
+        keep = np.linalg.norm(r2, axis=-1) > np.maximum(scale, np.finfo(np.float32).tiny)
+        out.append(row_cosines(r2[keep], c2[keep]) if keep.any() else np.zeros(0))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
 def mean_centered_cosine(ref: Sequence[np.ndarray], cand: Sequence[np.ndarray]) -> float:
     """Mean cosine of each output row with the reference's after subtracting each row's
     mean: how well the candidate keeps the shape of the scores, meaningful even where
-    near-constant scores (a random-weight network) make top-1 noise."""
-    rows = [row_cosines(r - r.mean(-1, keepdims=True), c - c.mean(-1, keepdims=True))
-            for r, c in zip(ref, cand) if r.ndim and r.shape[-1] > 1]
-    return float(np.concatenate(rows).mean()) if rows else float("nan")
+    near-constant scores (a random-weight network) make top-1 noise. Rows whose reference
+    is constant are left out (NaN: none left)."""
+    cos = _centered(ref, cand)
+    return float(cos.mean()) if cos.size else float("nan")
 
 
 def _failed(result: dict[str, Any], message: str) -> AgreementError:
@@ -190,18 +228,22 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
                     min_cosine: float | None = None, metric: str = "auto") -> dict[str, Any]:
     """Compare the first output of two models on ``feeds`` with ORT's CPU provider.
 
-    ``metric`` "top1" (classifiers: argmax over the last axis per sample, at least
-    ``min_top1`` must agree; reference scores within 1e-5 of the output scale are ties),
-    "cosine" (embeddings: mean cosine similarity per row at least ``min_cosine``, default
-    :data:`DEFAULT_MIN_COSINE`) or "auto" (cosine when
-    :func:`is_embedding_output`). Returns ``{"metric", "top1_agreement", "samples",
-    "max_abs_diff", "mean_abs_diff", "max_abs_reference", "mean_centered_cosine"}`` plus ``mean_cosine`` and
-    ``min_cosine`` for the cosine metric; raises :class:`AgreementError` below the threshold.
+    ``metric`` "top1" (classifiers: the mean centered cosine of the scores,
+    :func:`mean_centered_cosine`, at least ``min_cosine``, and top-1 agreement at least
+    ``min_top1`` over the rows whose reference top-1 is decisive, :func:`decisive_rows`; a
+    candidate top-1 the reference scores within 1e-5 of the output scale of its own is a
+    tie, not a flip), "cosine" (embeddings: mean cosine similarity per row at least
+    ``min_cosine``), "detection" (:mod:`trtqat.engines.detect_agreement`) or "auto"
+    (:func:`trtqat.engines.ort_check.check_metric`: the file's family, else its output).
+    ``min_cosine`` None: :data:`DEFAULT_MIN_COSINE`. Returns ``{"metric",
+    "top1_agreement", "samples", "decisive", "max_abs_diff", "mean_abs_diff",
+    "max_abs_reference", "mean_centered_cosine"}`` plus ``mean_cosine`` and ``min_cosine``
+    for the cosine metric; raises :class:`AgreementError` below a threshold.
     """
     if not feeds:
         raise AgreementError("check_agreement got no inputs: pass at least one feed dict")
-    if metric not in ("auto", "top1", "cosine"):
-        raise ValueError(f"metric must be auto, top1 or cosine, got {metric!r}")
+    if metric not in ("auto", "top1", "cosine", "detection"):
+        raise ValueError(f"metric must be auto, top1, cosine or detection, got {metric!r}")
     # the reference runs Q/DQ as written (no integer fusion: float maths on dequantized
     # values, the ONNX semantics), whatever this CPU's integer kernels do
     ref = _run(cpu_session(reference_model, threads, "basic"), feeds)
@@ -212,50 +254,64 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
         raise EngineBuildError(f"the CPU re-encoded graph fails in ONNX Runtime on the check "
                                f"inputs ({first}); build with --ortPrepare=none") from None
     if metric == "auto":
-        metric = "cosine" if is_embedding_output(reference_model, ref) else "top1"
-    same = total = 0
+        metric = check_metric(reference_model, ref, is_embedding_output(reference_model, ref))
+    cos_min = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
+    same = total = rows = 0
     max_diff = mean_acc = ref_max = 0.0
     finite = True  # (max() drops a NaN: count them apart)
-    detector = metric == "top1" and is_detection(reference_model)
+    if metric == "top1" and is_detection(reference_model):
+        metric = "detection"  # a detector's head has no top-1
+    detector = metric == "detection"
     for r, c in zip(ref, cand):
         r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
+        rows += r2.shape[0]
         if detector:  # confident anchors: same class, overlapping box
             agree, confident = detection_agreement(r, c)
             same, total = same + agree, total + confident
         else:
-            same += int(_top1_agrees(r2, c2).sum())
-            total += r2.shape[0]
+            decisive = decisive_rows(r2, c2)
+            same += int((_top1_agrees(r2, c2) & decisive).sum())
+            total += int(decisive.sum())
         diff = np.abs(r2.astype(np.float64) - c2)
         finite = finite and bool(np.isfinite(diff).all())
         max_diff = max(max_diff, float(diff.max()))
         mean_acc += float(diff.sum())
         ref_max = max(ref_max, float(np.abs(r2).max()))
-    result = {"metric": "detection" if detector else metric,
-              "top1_agreement": same / total if total else 1.0, "samples": total,
+    result = {"metric": metric, "top1_agreement": same / total if total else 1.0,
+              "samples": rows if metric == "top1" else total, "decisive": total,
               "max_abs_diff": max_diff,
               "mean_abs_diff": mean_acc / max(1, sum(r.size for r in ref)),
               "max_abs_reference": ref_max,
               "mean_centered_cosine": mean_centered_cosine(ref, cand)}
     if not finite:
         ref_finite = all(np.isfinite(r).all() for r in ref)
+        result["non_finite"] = True
         raise _failed(result, "CPU re-encoding gives non-finite outputs where the Q/DQ model "
                       f"gives {'finite ones' if ref_finite else 'non-finite ones too'} on the "
                       "check inputs; build with --ortPrepare=none")
+    fix = "build without CPU re-encoding or calibrate on representative inputs"
     if metric == "cosine":
         cos = np.concatenate([row_cosines(r, c) for r, c in zip(ref, cand)])
-        threshold = DEFAULT_MIN_COSINE if min_cosine is None else min_cosine
-        result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()))
-        if result["mean_cosine"] < threshold:
+        result.update(mean_cosine=float(cos.mean()), min_cosine=float(cos.min()),
+                      samples=int(cos.size))
+        if result["mean_cosine"] < cos_min:
             raise _failed(result,
                 f"CPU re-encoding moved the embeddings too far: mean cosine similarity "
-                f"{result['mean_cosine']:.4f} < {threshold:.4f} on {total} rows (lowest "
+                f"{result['mean_cosine']:.4f} < {cos_min:.4f} on {cos.size} rows (lowest "
                 f"{result['min_cosine']:.4f}); build with --ortPrepare=none or calibrate on "
                 "representative inputs")
-    elif result["top1_agreement"] < min_top1:
+    elif metric == "top1" and result["mean_centered_cosine"] < cos_min:  # NaN: all constant
         raise _failed(result,
-            f"CPU re-encoding moved the outputs too far: "
-            f"{'detection' if detector else 'top-1'} agreement "
-            f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {total} inputs (max abs diff "
-            f"{max_diff:.3g}); build without CPU re-encoding or calibrate on representative inputs"
-        )
+            f"CPU re-encoding moved the outputs too far: mean centered cosine "
+            f"{result['mean_centered_cosine']:.4f} < {cos_min:.4f} on {rows} inputs (top-1 "
+            f"agreement {result['top1_agreement']:.2%} on the {total} decisive ones); {fix}")
+    if metric != "cosine" and result["top1_agreement"] < min_top1:
+        what = ("detection agreement" if detector else "top-1 agreement")
+        on = (f"{total} confident anchors" if detector else
+              f"{total} inputs" if total == rows else f"{total} of {rows} inputs (those with "
+              "a decisive top-1)")
+        raise _failed(result,
+            f"CPU re-encoding moved the outputs too far: {what} "
+            f"{result['top1_agreement']:.2%} < {min_top1:.2%} on {on} (max abs diff "
+            f"{max_diff:.3g}); {fix}")
     return result

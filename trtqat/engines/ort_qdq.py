@@ -5,8 +5,8 @@ made of it, and check how far the outputs moved.
 As exported for TensorRT (int8 symmetric Q/DQ on layer inputs only) the graph runs on float
 kernels in ORT plus Q/DQ overhead, slower than FP32. :func:`reencode_for_cpu` applies the
 passes of :mod:`trtqat.engines.ort_qdq_rewrite`, then compares the result with the
-unmodified model on the calibration inputs and fails below 99% top-1 agreement (classifiers)
-or below 0.99 mean cosine similarity (embedding models, see :func:`is_embedding_output`).
+unmodified model on the calibration inputs (:func:`prepare_model`: else on synthetic ones,
+:mod:`trtqat.engines.ort_check`) with the metric of the file's family (:func:`check_agreement`).
 MatMul graphs (transformer encoders) first get ORT's constant folding and afterwards the
 epilogue fusion of :mod:`trtqat.engines.ort_qdq_matmul`.
 
@@ -30,6 +30,7 @@ from onnx import helper
 
 from trtqat.engines.hints import ORT_PASSES, read_hints
 from trtqat.engines.onnx_io import has_float16
+from trtqat.engines.ort_check import describe_inputs, synthetic_check_feeds
 from trtqat.engines.ort_inspect import (  # noqa: F401  (re-exported)
     DATA_OPS,
     DEFAULT_MIN_COSINE,
@@ -67,6 +68,12 @@ from trtqat.engines.ort_u8s8 import (
     cpu_int8_info,
     exact_weights,
     u8s8_saturates,
+)
+from trtqat.engines.ort_verdict import (  # noqa: F401  (BUILD_THREADS re-exported)
+    BUILD_THREADS,
+    agreement_text,
+    both_failed,
+    verdict_record,
 )
 
 log = logging.getLogger(__name__)
@@ -142,7 +149,8 @@ def _uint8_zero_point_0(g: Graph, names: list[str]) -> set[str]:
 def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
                      min_top1: float = 0.99, unify: bool = True, threads: int = 2,
                      count_nodes: bool = True, min_cosine: float | None = None,
-                     u8s8_exact: bool | None = None, faithful: bool = False
+                     u8s8_exact: bool | None = None, faithful: bool = False,
+                     check_feeds: Feeds | None = None
                      ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Rewrite a TensorRT-style Q/DQ ``model`` for ORT's CPU integer kernels.
 
@@ -150,8 +158,10 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     the inputs of the agreement check against ``model`` (:class:`AgreementError` when top-1
     agreement of a classifier is below ``min_top1``, or the mean cosine of embedding outputs
     below ``min_cosine``, default 0.98); without them added ranges come from neighbouring
-    quantizers and nothing is checked. ``unify`` gives a tensor read by several Q nodes one
-    Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
+    quantizers and nothing is checked, unless ``check_feeds`` (then the check's inputs,
+    calibrating nothing: :func:`prepare_model` passes synthetic ones). An
+    :class:`AgreementError` carries the graph it checked as ``model``. ``unify`` gives a
+    tensor read by several Q nodes one Q (the largest scale). ``u8s8_exact`` False stores the weights of integer GEMMs whose
     activation can exceed 127 steps as uint8 (see :mod:`trtqat.engines.ort_u8s8`); None
     measures whether this CPU needs it. ``faithful`` adds no quantizer the graph did not
     have (:data:`FAITHFUL_SKIPS`: a residual Add then runs in float after an integer conv
@@ -221,48 +231,21 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
             "before": count_compute_nodes(optimized_model(model, threads)),
             "after": count_compute_nodes(optimized_model(new_model, threads)),
         }
-    if feeds:
-        report["agreement"] = check_agreement(model, new_model, feeds, min_top1, threads,
-                                              min_cosine)
+    check = list(check_feeds) if check_feeds else feeds
+    if check:
+        try:
+            report["agreement"] = check_agreement(model, new_model, check, min_top1, threads,
+                                                  min_cosine)
+        except AgreementError as exc:
+            exc.model = new_model  # for the user to inspect
+            raise
     report["seconds"] = round(time.perf_counter() - start, 3)
     log.info("CPU re-encoding: %s", report)
     return new_model, report
 
 
-def _agreement_text(agreement: dict[str, Any]) -> str:
-    if "mean_cosine" in agreement:
-        return f"mean cosine {agreement['mean_cosine']:.4f}"
-    return f"top-1 agreement {agreement.get('top1_agreement', float('nan')):.2%}"
-
-
-# The re-encoding's calibration, constant folding and agreement check run ORT on this many
-# intra-op threads, whatever --threads says: float sums split across threads round
-# differently, which moved borderline verdicts (and added quantizer scales) between builds.
-BUILD_THREADS = 1
 # report entries that vary from build to build and stay out of the engine file
 _UNSTABLE = ("seconds",)
-
-
-def _figure(agreement: dict[str, Any] | None) -> float | None:
-    """The figure the verdict compares: mean cosine (embeddings) or top-1 agreement."""
-    if not agreement:
-        return None
-    return agreement.get("mean_cosine", agreement.get("top1_agreement"))
-
-
-def verdict_record(feeds: list, kwargs: dict[str, Any], integer: dict[str, Any] | None,
-                   faithful: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the integer-or-faithful verdict depended on: the check inputs, the metric and
-    threshold, and the figure measured for each graph tried (None: not built)."""
-    metric = (integer or faithful or {}).get("metric")
-    threshold = (kwargs.get("min_cosine") if metric == "cosine" else kwargs.get("min_top1"))
-    if metric == "cosine" and threshold is None:
-        threshold = DEFAULT_MIN_COSINE
-    return {"inputs": len(feeds), "samples": (integer or faithful or {}).get("samples", 0),
-            "source": "calib_feeds" if feeds else "none (not checked)",
-            "metric": metric, "threshold": threshold if feeds else None,
-            "threads": BUILD_THREADS, "integer": _figure(integer),
-            "faithful": _figure(faithful)}
 
 
 def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProto:
@@ -273,7 +256,10 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
     ``cpu_reencode`` (False skips the rewrite), ``u8s8_guard`` (False keeps
     int8 weights where ORT's u8s8 kernels may saturate). When the re-encoding fails the
     agreement check, the ``faithful`` one is built instead (its report says why under
-    ``full_reencoding``); when that fails too, :class:`AgreementError` is raised. The report
+    ``full_reencoding``); when that fails too, :class:`AgreementError` is raised
+    (:func:`~trtqat.engines.ort_verdict.both_failed`). Without ``calib_feeds`` the check runs
+    on :func:`~trtqat.engines.ort_check.synthetic_check_feeds`, which the log and the
+    verdict name. The report
     (with ``verdict``: :func:`verdict_record`) is logged and stored in the model's metadata
     under ``trtqat.cpu_reencode``, without its timing: the same model and options give the
     same bytes. ORT runs on :data:`BUILD_THREADS` threads here, whatever ``threads`` says.
@@ -285,26 +271,30 @@ def prepare_model(model: onnx.ModelProto, options: Any = None) -> onnx.ModelProt
               "threads": BUILD_THREADS,
               "min_cosine": getattr(options, "min_cosine", None),
               "u8s8_exact": None if getattr(options, "u8s8_guard", True) else True}
+    synthetic: dict[str, Any] | None = None
+    if not feeds and is_tensorrt_qdq(model):  # no calibration inputs: check on synthetic ones
+        kwargs["check_feeds"], synthetic = synthetic_check_feeds(model, options)
+        log.info("CPU re-encoding: no calibration inputs; checking it on %s",
+                 describe_inputs(synthetic))
     try:
         new_model, report = reencode_for_cpu(model, feeds, **kwargs)
-        verdict = verdict_record(feeds, kwargs, report.get("agreement"))
+        verdict = verdict_record(feeds, kwargs, report.get("agreement"), synthetic=synthetic)
     except AgreementError as exc:  # added requantization moved the outputs: do without it
         first = str(exc).splitlines()[0]
         try:
             new_model, report = reencode_for_cpu(model, feeds, faithful=True, **kwargs)
         except AgreementError as again:
-            if kwargs["u8s8_exact"] and u8s8_saturates():
-                raise AgreementError(f"{str(again).splitlines()[0]}; with --cpuInt8=fast on "
-                                     "this CPU, whose uint8 x int8 kernels saturate: build "
-                                     "with --cpuInt8=exact") from None
-            raise
-        verdict = verdict_record(feeds, kwargs, exc.agreement, report.get("agreement"))
+            raise both_failed(exc, again, kwargs, "calibration inputs" if feeds else
+                               "synthetic inputs (no calibration inputs given)") from None
+        verdict = verdict_record(feeds, kwargs, exc.agreement, report.get("agreement"),
+                                 synthetic)
         report["full_reencoding"] = first
         reason = first.split(": ", 1)[-1].split(";")[0]
-        log.warning("CPU re-encoding: the fully integer graph moved the outputs too far (%s); "
-                    "built the faithful one instead (no quantizers added: residual Adds and "
-                    "the like run in float, slower), %s", reason,
-                    _agreement_text(report.get("agreement") or {}))
+        log.warning("CPU re-encoding: the fully integer graph moved the outputs too far on %s "
+                    "(%s); built the faithful one instead (no quantizers added: residual Adds "
+                    "and the like run in float, slower), %s",
+                    "calibration inputs" if feeds else "synthetic inputs", reason,
+                    agreement_text(report.get("agreement") or {}))
     if report.get("rewritten"):
         report["verdict"] = verdict
         stable = {k: v for k, v in report.items() if k not in _UNSTABLE}

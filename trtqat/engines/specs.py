@@ -236,8 +236,9 @@ class BuildOptions:
     verbose: bool = False
     profiling_verbosity: str = "layer_names_only"
     # Inputs (name -> array dicts) that calibrate what a prepare step adds and check the
-    # built engine agrees with the ONNX (classifiers: top-1 agreement >= min_top1;
-    # embeddings: mean cosine >= min_cosine). Not stored in the engine file.
+    # built engine agrees with the ONNX (classifiers: top-1 agreement >= min_top1 on the
+    # decisive samples and mean centered cosine >= min_cosine; embeddings: mean cosine >=
+    # min_cosine); without them the check runs on synthetic inputs. Not stored in the file.
     calib_feeds: tuple[Mapping[str, Any], ...] | None = field(default=None, compare=False,
                                                               repr=False)
     min_top1: float = 0.99

@@ -170,31 +170,69 @@ def tie_margin(floor: NoiseFloor | None) -> float:
 
 @dataclass(frozen=True)
 class HalfFloor(NoiseFloor):
-    """PyTorch's own float16 run against its float32 run, one output: the largest
-    difference relative to the output's largest value, and top-1 flips (``mean_abs`` is
-    the mean difference). What fp16 arithmetic alone does to this model: a deep untrained
-    model can drift beyond the fp16 variant's fixed tolerance with no export bug at all."""
+    """PyTorch's own run in another float type against its float32 run, one output: the
+    largest difference relative to the output's largest value, and top-1 flips
+    (``mean_abs`` is the mean difference). In float16 (fp16 variants): what fp16 arithmetic
+    alone does to this model, as a deep untrained model can drift beyond the fp16 variant's
+    fixed tolerance with no export bug at all. In float64 (fp32): PyTorch's own float32
+    rounding error, which grows with the output's magnitude and the model's depth."""
 
     max_rel: float = 0.0
+
+
+# fp32: ORT's float32 error may reach this many times PyTorch's own float32 error (measured
+# against PyTorch in float64). |ORT - PT32| <= |ORT - PT64| + |PT32 - PT64|: a margin of 4
+# lets ORT's kernels, which block their float32 sums differently, round up to 3x as far.
+FP32_FLOOR_MARGIN = 4.0
+
+
+def floor_margin(variant: str) -> float:
+    """How many times PyTorch's own drift (:func:`half_floor`) a variant may drift."""
+    return FP32_FLOOR_MARGIN if variant == "fp32" else FLOOR_MARGIN
+
+
+def floor_dtype(variant: str) -> torch.dtype:
+    """The float type :func:`half_floor` reruns PyTorch in for ``variant``: float64 for
+    fp32 (its own float32 error), float16 otherwise."""
+    return torch.float64 if variant == "fp32" else torch.float16
+
+
+@torch.no_grad()
+def _repeats(model: nn.Module, batches: Sequence[tuple[tuple[torch.Tensor, ...], int, bool]],
+             refs: Sequence[Sequence[np.ndarray]], split: Callable[[list], list] | None) -> bool:
+    """``model`` gives ``refs`` again, bit for bit, on the same inputs."""
+    for (inputs, n, _), ref in zip(batches, refs):
+        outs = [o.detach().float().cpu().numpy() for o in leaves(model(*inputs))]
+        outs = split(outs) if split is not None else outs
+        if len(outs) != len(ref) or not all(
+                np.array_equal(o[:n], np.asarray(r)[:n], equal_nan=True)
+                for o, r in zip(outs, ref)):
+            return False
+    return True
 
 
 @torch.no_grad()
 def half_floor(model: nn.Module, batches: Sequence[tuple[tuple[torch.Tensor, ...], int, bool]],
                refs: Sequence[Sequence[np.ndarray]],
-               split: Callable[[list], list] | None = None) -> list[HalfFloor] | None:
-    """One :class:`HalfFloor` per output: a float16 copy of ``model`` against the float32
-    ``refs`` on ``batches``; None when the model cannot run in float16 here."""
+               split: Callable[[list], list] | None = None,
+               dtype: torch.dtype = torch.float16) -> list[HalfFloor] | None:
+    """One :class:`HalfFloor` per output: a ``dtype`` copy of ``model`` (float16, or
+    float64 for the fp32 variant's floor) against the float32 ``refs`` on ``batches``;
+    None when the model cannot run in ``dtype`` here, or (float64) when ``model`` does not
+    repeat ``refs`` on the same inputs: a model that is not deterministic has no floor."""
     try:
-        half = copy.deepcopy(model).half().eval()
+        half = copy.deepcopy(model).to(dtype).eval()
     except (RuntimeError, TypeError):
+        return None
+    if dtype == torch.float64 and not _repeats(model, batches, refs, split):
         return None
     stats: list[list[float]] = []  # per output: max diff, max ref, sum diff, count, flips, n
     for (inputs, n, top1), ref in zip(batches, refs):
         try:
-            out = half(*(t.half() if t.is_floating_point() else t for t in inputs))
+            out = half(*(t.to(dtype) if t.is_floating_point() else t for t in inputs))
         except (RuntimeError, TypeError, NotImplementedError):
             return None
-        outs = [o.detach().float().cpu().numpy() for o in leaves(out)]
+        outs = [o.detach().double().cpu().numpy() for o in leaves(out)]
         outs = split(outs) if split is not None else outs
         while len(stats) < len(outs):
             stats.append([0.0] * 6)

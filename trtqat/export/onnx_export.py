@@ -301,7 +301,8 @@ class Exporter:
             batches=[tuple(t[:n] for t in b) for b, n, _ in batches],
             counted=[c for _, _, c in batches],
             noise_floor=lambda: self._noise_floor(reference),
-            half_floor=lambda: crit.half_floor(reference, batches, refs, split=self._split),
+            half_floor=lambda: crit.half_floor(reference, batches, refs, split=self._split,
+                                               dtype=crit.floor_dtype(variant)),
             traced=self._traced[True] if int8 else None, onnx_path=tmp)
         result.checks += self.plan.checks(variant, wants, gots, context)
         if int8:

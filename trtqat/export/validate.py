@@ -3,7 +3,11 @@
 Tolerances, per variant (``d`` = ORT - PyTorch, per output, over every checked batch):
 
 - every variant: every output finite (NaN or inf always fails).
-- fp32: ``max|d| / max|ref| <= 1e-4``.
+- fp32: ``max|d| / max|ref| <= 1e-4``, or, when that fails, at most 4x PyTorch's own
+  float32 error (the model rerun in float64, same inputs: :func:`~trtqat.export.criterion.
+  half_floor`): float32 rounding grows with the output's magnitude and the model's depth
+  (torchvision's efficientnet_v2_s, logits up to 1752, drifts 2e-4 with no export bug).
+  A model whose float32 rerun does not repeat its outputs bit for bit has no such floor.
 - fp16: ``max|d| / max|ref| <= 1e-2`` (fp16 keeps ~3 significant digits per layer).
 - int8 and int8-fp16, against the PyTorch fake-quant model: the criterion of
   :mod:`trtqat.export.criterion` (hard failures for export bugs, rounding noise reported
@@ -31,8 +35,9 @@ from trtqat.variants import TABLE
 log = logging.getLogger(__name__)
 
 REL_TOL = {v.name: v.rel_tol for v in TABLE if v.rel_tol is not None}  # the variants table
-# variants computed in float16: their tolerance may grow to PyTorch's own fp16 drift
-HALF_FLOOR_VARIANTS = frozenset(v.name for v in TABLE if v.fp16)
+# float variants, and variants computed in float16: their tolerance may grow to PyTorch's own
+# drift (fp32: its float32 error against float64; fp16: float16 against float32)
+HALF_FLOOR_VARIANTS = frozenset(v.name for v in TABLE if v.fp16 or v.rel_tol is not None)
 
 
 @dataclass(frozen=True)
@@ -224,10 +229,11 @@ def _output_check(variant: str, name: str, s: _Stats, floor: crit.NoiseFloor | N
         rel = s.max_diff / scale
         tol, why = REL_TOL[variant], ""
         hf = half() if rel > tol else None
-        if hf is not None and crit.FLOOR_MARGIN * hf.max_rel > tol:
-            tol = crit.FLOOR_MARGIN * hf.max_rel
-            why = (f": {crit.FLOOR_MARGIN:g}x PyTorch's own float16 drift "
-                   f"{hf.max_rel:.2e}")
+        margin = crit.floor_margin(variant)
+        if hf is not None and margin * hf.max_rel > tol:
+            tol = margin * hf.max_rel
+            what = "float32 error" if variant == "fp32" else "float16 drift"
+            why = f": {margin:g}x PyTorch's own {what} {hf.max_rel:.2e}"
         return Check(f"output '{name}' vs PyTorch", rel <= tol,
                      f"max rel diff {rel:.2e} (<= {tol:.1e}{why}), max abs diff "
                      f"{s.max_diff:.3g}")

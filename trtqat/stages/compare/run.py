@@ -153,7 +153,8 @@ def verdict_note(reencoding: dict[str, Any]) -> str | None:
     return (f"ORT re-encoding verdict: {reencoding.get('kind')} graph; {what} of the integer "
             f"graph {fmt(v.get('integer'))}, faithful {fmt(v.get('faithful'))}, threshold "
             f"{fmt(v.get('threshold'))}, on {v.get('samples')} samples of {v['inputs']} "
-            f"calibration batches (ORT on {v.get('threads')} thread)")
+            f"{'synthetic' if v.get('source') == 'synthetic' else 'calibration'} batches "
+            f"(ORT on {v.get('threads')} thread)")
 
 
 def score(runner, data: EvalData, names: list[str], family, source: Path,
