@@ -185,9 +185,9 @@ class FlatImageFolder(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        from PIL import Image
+        from trtqat.families.images import open_image
 
-        with Image.open(self.files[i]) as im:
+        with open_image(self.files[i]) as im:
             return self.transform(im)
 
 
@@ -232,10 +232,10 @@ def data_kind(data: str) -> str:
 
 
 def _is_readable(path: str) -> bool:
-    from PIL import Image
+    from trtqat.families.images import open_image
 
     try:
-        with Image.open(path) as im:
+        with open_image(path) as im:
             im.verify()
         return True
     except Exception:  # PIL raises many kinds for a broken file

@@ -42,8 +42,10 @@ def _load_image(path: Path, size: tuple[int, int]) -> tuple[torch.Tensor, float,
     """The image resized to ``size`` (h, w), and the x and y scale factors."""
     from PIL import Image
 
+    from trtqat.families.images import open_image
+
     try:
-        with Image.open(path) as im:
+        with open_image(path) as im:
             rgb = im.convert("RGB")
             sx, sy = size[1] / rgb.width, size[0] / rgb.height
             rgb = rgb.resize((size[1], size[0]), Image.BILINEAR)

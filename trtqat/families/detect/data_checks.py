@@ -45,10 +45,10 @@ class Skipped:
 def image_size(path: Path, skipped: Skipped) -> tuple[int, int] | None:
     """``(width, height)`` from the image's header; None (counted as skipped) when it is
     not a readable image."""
-    from PIL import Image
+    from trtqat.families.images import open_image
 
     try:
-        with Image.open(path) as im:
+        with open_image(path) as im:
             width, height = im.size
     except Exception:  # PIL raises many kinds for a file that is not an image
         skipped.add("unreadable image", str(path), "skipped")
