@@ -33,6 +33,9 @@ CASES = {
     "io-dtype": (lambda o, t: trtqat.export_onnx(_net(), torch.randn(2, 3, 8, 8),
                                                  t / "m.onnx", "fp32", io_dtype="int3"),
                  ("'int3'", "fp32", "fp16")),
+    "opset-string": (lambda o, t: trtqat.export_onnx(_net(), torch.randn(2, 3, 8, 8),
+                                                     t / "m.onnx", "fp32", opset="17"),
+                     ("opset must be an int", "'17'")),
     # config values: bool keys take bools, numbers refuse strings and non-finite values
     "config-bool": (lambda o, t: trtqat.quantize(_net(), {"graph": "no"}),
                     ("QuantConfig.graph", "bool", "'no'")),

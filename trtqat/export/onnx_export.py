@@ -162,6 +162,8 @@ def check_args(variant: str, opset: int) -> None:
     if variant not in VARIANTS:
         raise ExportError(f"unknown variant {variant!r}: use one of {', '.join(VARIANTS)}")
     top = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, int):
+        raise ExportError(f"opset must be an int, got {opset!r} ({type(opset).__name__})")
     if not MIN_OPSET <= opset <= top:
         raise ExportError(f"--opset {opset} is out of range: per-channel Q/DQ needs >= "
                           f"{MIN_OPSET}, and this onnx knows up to {top}")
