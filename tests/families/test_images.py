@@ -17,8 +17,12 @@ def test_images_open_with_pils_own_function_after_ultralytics_patched_it(tmp_pat
         calls.append(args)
         raise AssertionError("the patched opener ran")
 
+    pil_open = Image.open  # PIL's own, unless this process imported ultralytics already
+    real = sys.modules.get("ultralytics.utils.patches")
+    if real is not None and pil_open is getattr(real, "image_open", None):
+        pil_open = real._image_open
     fake = types.ModuleType("ultralytics.utils.patches")
-    fake.image_open, fake._image_open = patched, Image.open
+    fake.image_open, fake._image_open = patched, pil_open
     monkeypatch.setitem(sys.modules, "ultralytics.utils.patches", fake)
     monkeypatch.setattr(Image, "open", patched)
     (tmp_path / "bad.png").write_bytes(b"not an image")

@@ -154,7 +154,7 @@ def test_writers_in_onnx_runtime_name_the_full_disk(tmp_path, conv_onnx):
     ["trtqat-exec", "--onnx={onnx}", "--exportTimes={out}/t.json"],
     ["trtqat-exec", "--onnx={onnx}", "--exportLayerInfo={out}/l.json"],
     ["trtqat-exec", "--onnx={onnx}", "--exportProfile={out}/p.json"],
-    ["sensitivity", "--checkpoint", "{ptq}", "--top", "1", "--out", "{out}"],
+    ["sensitivity", "--checkpoint", "{ptq}", "--top", "1", "--no-progress", "--out", "{out}"],
 ], ids=["exportTimes", "exportLayerInfo", "exportProfile", "sensitivity"])
 def test_reports_on_a_full_disk_are_one_line(tmp_path, capsys, monkeypatch, net, conv_onnx,
                                              argv):

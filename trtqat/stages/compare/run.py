@@ -162,7 +162,7 @@ def score(runner, data: EvalData, names: list[str], family, source: Path,
     """``family.metric`` of the engine's outputs on every scored batch (NaN as None;
     ``progress``: lines off a terminal when it takes longer than 30 s)."""
     outs = []
-    for batch in progress_of(data.batches, total=len(data.batches), desc=f"score {source.name}",
+    for batch in progress_of(data.batches, total=len(data.batches), desc=f"score {Path(source).name}",
                              enabled=progress, brief=True):
         result = runner.infer(feed_for(batch, names, source))
         out = None
