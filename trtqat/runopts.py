@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,18 +42,6 @@ def trusting_model_files(on: bool = True) -> Iterator[None]:
         yield
     finally:
         _TRUSTED["model_files"] = before
-
-
-def progress_bars(progress: bool) -> bool:
-    """Whether to draw progress bars: asked for, and stderr is a terminal. Off a terminal (a
-    log file, ``make demo > log``) a bar would write a ``\\r`` update per step; commands
-    print one line per epoch there instead."""
-    if not progress:
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):  # replaced or closed stderr
-        return False
 
 
 def model_files_trusted() -> bool:
