@@ -66,7 +66,7 @@ def check_type(owner: str, key: str, value: Any, kind: str, *, none_ok: bool = F
     if not test(value):
         also = " or None" if none_ok else ""
         raise error(f"{owner}.{key} must be {wording}{also}, got {value!r} "
-                             f"({type(value).__name__})")
+                    f"({type(value).__name__})")
 
 
 def _kind_of(annotation: Any) -> tuple[str, bool] | None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from trtqat.out_paths import OutputPathError  # noqa: F401  (raised by the checks below)
+from trtqat.out_paths import check_output_file
 
 
 class BadValue(argparse.ArgumentTypeError):
@@ -261,14 +261,6 @@ def existing_dir(text: str) -> str:
     if not path.is_dir():
         raise BadValue(f"{path} does not exist; check the path")
     return text
-
-
-def check_output_file(out: str | os.PathLike, flag: str, inputs: Iterable[tuple[str, object]],
-                      is_ours: Callable[[Path], bool], kind: str, choose: str = "") -> None:
-    """See :func:`trtqat.out_paths.check_output_file` (paths compared after resolving)."""
-    from trtqat.out_paths import check_output_file as check
-
-    check(out, flag, inputs, is_ours, kind, choose)
 
 
 # the report each flag writes (trtqat.engines.trtexec_io.report_kind) and its name in messages
