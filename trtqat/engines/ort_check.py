@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from trtqat.engines.id_inputs import SAFE_TOKEN_RANGE, valid_integer_feed
 from trtqat.engines.onnx_io import index_input_bounds, onnx_input_specs
+from trtqat.engines.ort_qdq_graph import Graph
 
 FAMILY_METRICS = {"cnn": "top1", "vit": "top1", "encoder": "cosine", "detect": "detection"}
 TASK_METRICS = {"classification": "top1", "detection": "detection", "embedding": "cosine",
@@ -64,26 +64,16 @@ def check_metric(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = (),
     return "top1" if len(shape) == 2 and shape[-1] != 1 else "cosine"
 
 
-def _const(model: onnx.ModelProto, name: str) -> np.ndarray | None:
-    for init in model.graph.initializer:
-        if init.name == name:
-            return numpy_helper.to_array(init)
-    for node in model.graph.node:
-        if node.op_type == "Constant" and list(node.output) == [name]:
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            return None if value is None else numpy_helper.to_array(value)
-    return None
-
-
 def input_ranges(model: onnx.ModelProto) -> dict[str, tuple[float, float]]:
     """Float inputs read by a QuantizeLinear -> the range its grid covers, ``(lo, hi)``."""
     found: dict[str, tuple[float, float]] = {}
     names = {v.name for v in model.graph.input}
+    g = Graph(model)
     for node in model.graph.node:
         if node.op_type != "QuantizeLinear" or node.input[0] not in names:
             continue
-        scale = _const(model, node.input[1])
-        zp = _const(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        scale = g.const(node.input[1])
+        zp = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         if scale is None or not np.isfinite(scale).all():
             continue
         kind = np.dtype(zp.dtype if zp is not None else np.uint8)
