@@ -64,10 +64,10 @@ class QDQNet:
                                               s, z], axis=0)
 
     def conv(self, x: str, cin: int, cout: int, k: int = 3, stride: int = 1,
-             group: int = 1, gain: float = 1.0) -> str:
+             group: int = 1, gain: float = 1.0, bias: float = 0.1) -> str:
         fan_in = cin // group * k * k
         w = self.rng.standard_normal((cout, cin // group, k, k)) * gain * np.sqrt(2 / fan_in)
-        b = self.init("b", (0.1 * self.rng.standard_normal(cout)).astype(np.float32))
+        b = self.init("b", (bias * self.rng.standard_normal(cout)).astype(np.float32))
         return self.node("Conv", [self.q(x), self.weight(w), b], kernel_shape=[k, k],
                          strides=[stride, stride], pads=[k // 2] * 4, group=group)
 

@@ -46,6 +46,7 @@ from trtqat.engines.ort_inspect import (  # noqa: F401  (re-exported)
     is_embedding_output,
     optimized_model,
 )
+from trtqat.engines.ort_qdq_act import integer_activations
 from trtqat.engines.ort_qdq_convint import integer_float_output_convs
 from trtqat.engines.ort_qdq_graph import Graph
 from trtqat.engines.ort_qdq_matmul import (
@@ -80,7 +81,7 @@ log = logging.getLogger(__name__)
 
 # passes the faithful re-encoding leaves out: the quantizers ORT's fused integer Add, Mul,
 # Concat ... need on tensors the exported graph keeps in float (each one more rounding)
-FAITHFUL_SKIPS = ("output_quantizers",)
+FAITHFUL_SKIPS = ("output_quantizers", "integer_activations")
 
 
 def _ranges_fn(model: onnx.ModelProto, feeds: Feeds, threads: int):
@@ -197,6 +198,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
     if unify and "unify_quantizers" in run:
         passes.update(unify_quantizers(g))
+    if "integer_activations" in run:
+        passes["activations_integer"] = integer_activations(g)
     if "output_quantizers" in run:
         ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
         passes["output_quantizers_added"] = complete_units(g, ranges, unify)
