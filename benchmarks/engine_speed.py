@@ -218,7 +218,7 @@ def _parse_cpu_int8(argv: Sequence[str]) -> argparse.Namespace:
         prog="engine_speed.py --cpu-int8",
         description="QAT INT8 (re-encoded for ORT's CPU integer kernels) vs FP32 vs ORT's "
                     "quantize_static, ORT CPU provider, interleaved runs, medians")
-    p.add_argument("--model", default="resnet18", help="torchvision model name")
+    p.add_argument("--model", default="resnet18", help="torchvision or timm model name")
     p.add_argument("--batch-sizes", default="1,32", help="comma-separated")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
@@ -243,11 +243,11 @@ def _parse_cpu_int8(argv: Sequence[str]) -> argparse.Namespace:
 def _cpu_int8_onnx(args: argparse.Namespace, out_dir: Path) -> tuple[Path, Path, list]:
     """Export the INT8 (TensorRT-style Q/DQ) and FP32 ONNX of one calibrated model."""
     from trtqat.export import export_onnx
-    from trtqat.families.cnn.models import build_model
+    from trtqat.families.cnn.model_source import build
     from trtqat.stages.zoo import settle_batchnorm
 
     torch.manual_seed(0)
-    model = build_model(args.model, 1000, quantized=True).eval()
+    model = build(args.model, 1000, quantized=True).eval()  # torchvision or timm name
     gen = torch.Generator().manual_seed(1)
     size = args.image_size
     calib = [torch.randn(args.calib_batch_size, 3, size, size, generator=gen)
@@ -317,11 +317,18 @@ def cpu_int8_main(argv: Sequence[str]) -> dict[str, Any]:
     models = {"fp32": onnx.load(str(fp32_path)), "ort-ptq": onnx.load(str(ptq_path))}
     # agreement with the exported ONNX is recorded, not enforced: the outputs of a random
     # network are near-constant and their top-1 is noise
-    models["int8"], report = reencode_for_cpu(int8, feeds, threads=args.threads, min_top1=0.0)
+    models["int8"], report = reencode_for_cpu(int8, feeds, threads=args.threads, min_top1=0.0,
+                                              min_cosine=-1.0)
     reports = {"int8": report}
+    # what `trtqat build --backend ort` makes of the file: no calibration inputs, checked on
+    # synthetic ones, the faithful re-encoding if the full one fails that check
+    engine = build_engine(str(int8_path), "ort", threads=args.threads)
+    models["int8 engine"] = onnx.load_from_string(engine.payload)
+    verdict = json.loads(next((p.value for p in models["int8 engine"].metadata_props
+                               if p.key == "trtqat.cpu_reencode"), "{}")).get("verdict")
     if args.residual_amax_factor != 1.0:
         models["int8 no-unify"], reports["int8 no-unify"] = reencode_for_cpu(
-            int8, feeds, threads=args.threads, unify=False, min_top1=0.0)
+            int8, feeds, threads=args.threads, unify=False, min_top1=0.0, min_cosine=-1.0)
     if not args.no_raw:
         models["int8 as exported"] = int8
     onnx.save(models["int8"], str(out_dir / f"{args.model}_int8_cpu.onnx"))
@@ -331,7 +338,8 @@ def cpu_int8_main(argv: Sequence[str]) -> dict[str, Any]:
         "config": {"args": vars(args), "onnxruntime": onnxruntime.__version__,
                    "torch": torch.__version__, "machine": platform.machine(),
                    "cpus": os.cpu_count(), "weights": "random init, synthetic calibration"},
-        "reencode": reports, "compute_nodes": counts, "batches": {}}
+        "reencode": reports, "engine_verdict": verdict, "compute_nodes": counts,
+        "batches": {}}
     for batch in [int(b) for b in args.batch_sizes.split(",") if b.strip()]:
         feed = {int8.graph.input[0].name: np.random.default_rng(batch).standard_normal(
             (batch, 3, args.image_size, args.image_size)).astype(np.float32)}
@@ -340,23 +348,25 @@ def cpu_int8_main(argv: Sequence[str]) -> dict[str, Any]:
         times = _interleaved(sessions, feed, args.reps)
         med = {name: float(np.median(t)) for name, t in times.items()}
         ratios = {"fp32 / int8": med["fp32"] / med["int8"],
-                  "int8 / ort-ptq": med["int8"] / med["ort-ptq"]}
+                  "int8 / ort-ptq": med["int8"] / med["ort-ptq"],
+                  "fp32 / int8 engine": med["fp32"] / med["int8 engine"],
+                  "int8 engine / ort-ptq": med["int8 engine"] / med["ort-ptq"]}
         results["batches"][batch] = {"median_ms": med, "ratios": ratios, "times_ms": times}
         print(f"\nbatch {batch}: median latency (ms, {args.reps} interleaved runs)")
         for name, value in med.items():
-            print(f"  {name:<18} {value:9.2f}   p25 {np.percentile(times[name], 25):8.2f}"
+            print(f"  {name:<22} {value:9.2f}   p25 {np.percentile(times[name], 25):8.2f}"
                   f"   p75 {np.percentile(times[name], 75):8.2f}")
         for key, value in ratios.items():
-            target = CPU_INT8_TARGETS[key]
+            target = CPU_INT8_TARGETS[key.replace(" engine", "")]
             ok = value >= target if key.startswith("fp32") else value <= target
             sign = ">=" if key.startswith("fp32") else "<="
-            print(f"  {key:<18} {value:9.2f}x  (target {sign} {target}: "
+            print(f"  {key:<22} {value:9.2f}x  (target {sign} {target}: "
                   f"{'PASS' if ok else 'FAIL'})")
     print("\ninteger / float compute nodes in ORT's optimised graph:")
     for name, c in counts.items():
         detail = ", ".join(f"{k} {v}" for k, v in sorted(c["integer"].items()))
         fdetail = ", ".join(f"{k} {v}" for k, v in sorted(c["float"].items()))
-        print(f"  {name:<18} integer {c['integer_total']:3d} ({detail or '-'}); "
+        print(f"  {name:<22} integer {c['integer_total']:3d} ({detail or '-'}); "
               f"float {c['float_total']:3d} ({fdetail or '-'}); Q/DQ {c['quantize_dequantize']}")
     for name, rep in reports.items():
         agreement = rep.get("agreement", {})
@@ -367,6 +377,7 @@ def cpu_int8_main(argv: Sequence[str]) -> dict[str, Any]:
               f"{agreement.get('max_abs_reference', float('nan')):.4g}), mean abs diff "
               f"{agreement.get('mean_abs_diff', float('nan')):.3g}, mean centered cosine "
               f"{agreement.get('mean_centered_cosine', float('nan')):.4f}")
+    print(f"\nint8 engine (trtqat build --backend ort, no calibration inputs): {verdict}")
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"results in {out_dir}")
     return results
