@@ -86,11 +86,12 @@ def test_activations_run_integer_in_the_engine(tmp_path, body, integer_ops):
     assert (got.argmax(1) == want.argmax(1))[decisive].mean() >= 0.9
 
 
-@pytest.mark.parametrize("gain", [1.0, 1e-3])
-def test_activation_input_range_follows_the_conv(gain):
+@pytest.mark.parametrize("gain, calibrated", [(1.0, None), (1e-3, None), (1.0, 0.5)])
+def test_activation_input_range_follows_the_conv(gain, calibrated):
     """Without calibration inputs the quantizer added before a HardSwish/HardSigmoid spans
     where the activation is not constant ([-3, 3]), narrowed to what the conv can output:
-    with small activations a [-3, ...] grid would round every value to zero."""
+    with small activations a [-3, ...] grid would round every value to zero. Calibrated
+    ranges narrow it further."""
     from trtqat.engines.ort_qdq_act import integer_activations
     from trtqat.engines.ort_qdq_graph import Graph
     from trtqat.engines.ort_qdq_rewrite import prequantize_weights
@@ -98,7 +99,8 @@ def test_activation_input_range_follows_the_conv(gain):
     _, qdq_model = make(mobilenet_v3(gain))
     g = Graph(qdq_model)
     prequantize_weights(g)
-    assert integer_activations(g) == {"HardSwish": 2, "HardSigmoid": 1}
+    ranges = None if calibrated is None else (lambda names: dict.fromkeys(names, calibrated))
+    assert integer_activations(g, ranges) == {"HardSwish": 2, "HardSigmoid": 1}
     spans = []
     for q in (n for n in g.graph.node if n.op_type == "QuantizeLinear"
               and g.producer.get(n.input[0]) is not None
@@ -107,7 +109,9 @@ def test_activation_input_range_follows_the_conv(gain):
         scale, zp = float(g.const(q.input[1])), int(g.const(q.input[2]))
         spans.append((-zp * scale, (255 - zp) * scale))
     assert len(spans) == 3
-    if gain == 1.0:
+    if calibrated is not None:
+        assert all(-0.51 <= lo and hi <= 0.5 for lo, hi in spans)
+    elif gain == 1.0:
         assert -3.05 <= min(lo for lo, _ in spans) <= -3.0  # -3 on the grid, or one step below
     else:
         assert max(hi - lo for lo, hi in spans) < 0.05

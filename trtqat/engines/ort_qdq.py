@@ -199,7 +199,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
     if unify and "unify_quantizers" in run:
         passes.update(unify_quantizers(g))
     if "integer_activations" in run:
-        passes["activations_integer"] = integer_activations(g)
+        passes["activations_integer"] = integer_activations(
+            g, _ranges_fn(g.model, feeds, threads) if feeds else None)
     if "output_quantizers" in run:
         ranges = _ranges_fn(g.model, feeds, threads) if feeds else None
         passes["output_quantizers_added"] = complete_units(g, ranges, unify)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -45,6 +46,8 @@ from trtqat.engines.ort_qdq_graph import Graph, attr
 from trtqat.engines.ort_qdq_units import MOVE_OPS
 
 log = logging.getLogger(__name__)
+
+RangeFn = Callable[[list[str]], dict[str, float]]
 
 HARD_OPS = {"HardSigmoid": None, "HardSwish": (1.0 / 6.0, 0.5)}  # None: from the attributes
 _THROUGH = MOVE_OPS - {"Resize", "Gather"}  # values pass unchanged (a subset of them)
@@ -137,6 +140,13 @@ def _along(value: np.ndarray, axis: int, ndim: int) -> np.ndarray:
     return value.astype(np.float64).reshape(shape)
 
 
+def _bound(g: Graph, name: str, measured: dict[str, float]) -> float | None:
+    """The tighter of :func:`conv_bound` and the calibrated max |value| of ``name``."""
+    found = [b for b in (conv_bound(g, name), measured.get(name))
+             if b is not None and math.isfinite(b) and b > 0]
+    return min(found) if found else None
+
+
 def _hard_range(op: str, alpha: float, beta: float, amax: float | None,
                 bound: float | None) -> tuple[float, float] | None:
     """The range of ``x`` to quantize before a HardSigmoid/HardSwish (module docstring)."""
@@ -187,7 +197,8 @@ def _gate_worth_it(g: Graph, node: onnx.NodeProto) -> bool:
     return False
 
 
-def _rewrite_hard(g: Graph, node: onnx.NodeProto, counts: Counter) -> None:
+def _rewrite_hard(g: Graph, node: onnx.NodeProto, bound: float | None,
+                  counts: Counter) -> None:
     op, x, out = node.op_type, node.input[0], node.output[0]
     alpha, beta = HARD_OPS[op] or (float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5)))
     if alpha <= 0 or beta <= 0 or g.is_const(x) or out in g.outputs:
@@ -197,7 +208,7 @@ def _rewrite_hard(g: Graph, node: onnx.NodeProto, counts: Counter) -> None:
         return
     quantized = _input_q(g, x)
     if quantized is None:
-        span = _hard_range(op, alpha, beta, amax, conv_bound(g, x))
+        span = _hard_range(op, alpha, beta, amax, bound)
         if span is None:
             counts["left_in_float"] += 1
             return
@@ -222,7 +233,8 @@ def _rewrite_hard(g: Graph, node: onnx.NodeProto, counts: Counter) -> None:
     counts[op] += 1
 
 
-def _quantize_leaky_input(g: Graph, node: onnx.NodeProto, counts: Counter) -> None:
+def _quantize_leaky_input(g: Graph, node: onnx.NodeProto, bound: float | None,
+                          counts: Counter) -> None:
     x, alpha = node.input[0], float(attr(node, "alpha", 0.01))
     if not 0 <= alpha < 1 or g.is_const(x) or _input_q(g, x) is not None:
         return
@@ -231,26 +243,28 @@ def _quantize_leaky_input(g: Graph, node: onnx.NodeProto, counts: Counter) -> No
     amax = _output_amax(g, node.output[0])
     if amax is None or amax <= 0:
         return
-    bound = conv_bound(g, x)
     amax = min(amax, bound) if bound else amax
     _, _, dq = g.qdq(x, amax / 127.0, 0, np.int8)
     node.input[0] = dq
     counts["LeakyRelu"] += 1
 
 
-def integer_activations(g: Graph) -> dict[str, int]:
+def integer_activations(g: Graph, ranges: RangeFn | None = None) -> dict[str, int]:
     """Rewrite HardSigmoid/HardSwish into ORT's integer Add/Mul and quantize LeakyRelu
-    inputs (module docstring). Returns counts per op type (and of those left in float for
-    want of a range)."""
+    inputs (module docstring); ``ranges`` (tensor names -> max |value| on the calibration
+    inputs) narrows the added quantizers further. Returns counts per op type (and of those
+    left in float for want of a range)."""
     counts: Counter[str] = Counter()
     g.reindex()
-    for node in list(g.graph.node):
+    nodes = [n for n in g.graph.node if (n.op_type in HARD_OPS or n.op_type == "LeakyRelu")
+             and not g.is_const(n.input[0])]
+    measured = ranges(list(dict.fromkeys(n.input[0] for n in nodes))) if ranges and nodes else {}
+    for node in nodes:
+        bound = _bound(g, node.input[0], measured)
         if node.op_type in HARD_OPS:
-            _rewrite_hard(g, node, counts)
-        elif node.op_type == "LeakyRelu":
-            _quantize_leaky_input(g, node, counts)
+            _rewrite_hard(g, node, bound, counts)
         else:
-            continue
+            _quantize_leaky_input(g, node, bound, counts)
         g.reindex()
     g.finish()
     return dict(counts)
