@@ -60,7 +60,7 @@ def _unoptimised(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndar
     (csp, {"QLinearConv": 4, "QLinearLeakyRelu": 4, "QLinearConcat": 1}),
     (mobilenet_v3(), {"QLinearConv": 5, "QLinearMul": 3, "QLinearAdd": 3}),  # 2 HardSwish, 1 gate
     (mobilenet_v3(0.01), {"QLinearConv": 5, "QLinearMul": 3, "QLinearAdd": 3}),  # vanishing
-], ids=["leaky_relu", "hardswish_se", "hardswish_se_vanishing"])
+], ids=["leaky_relu", "hardswish_se", "hardswish_se_small"])
 def test_activations_run_integer_in_the_engine(tmp_path, body, integer_ops):
     _, qdq_model = make(body)
     path = tmp_path / "m_int8.onnx"

@@ -25,7 +25,8 @@ conv can output (:func:`conv_bound`: sum of |W| times its input's range plus |bi
 channel): HardSigmoid is constant outside ``[-beta / alpha, (1 - beta) / alpha]``
 ([-3, 3]); HardSwish is 0 below -3 and its output quantizer clips above the ``x`` whose
 HardSwish is A; LeakyRelu's positive side clips at A, and a negative ``x`` below -A moves the
-output by ``alpha`` times the excess only. The rounding this adds (the gate on a 1/255 grid,
+output by ``alpha`` times the excess only. With calibration inputs, their max ``|x|`` narrows
+it too. The rounding this adds (the gate on a 1/255 grid,
 ``x`` on its own grid) is what the agreement check of
 :func:`trtqat.engines.ort_qdq.reencode_for_cpu` measures; ``faithful`` re-encodings skip
 this pass.
