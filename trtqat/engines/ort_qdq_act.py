@@ -24,7 +24,8 @@ where the activation makes a wider one useless, narrowed by a bound on what the 
 conv can output (:func:`conv_bound`: sum of |W| times its input's range plus |bias|, per
 channel): HardSigmoid is constant outside ``[-beta / alpha, (1 - beta) / alpha]``
 ([-3, 3]); HardSwish is 0 below -3 and its output quantizer clips above the ``x`` whose
-HardSwish is A; LeakyRelu's positive side clips at A, and a negative ``x`` below -A moves the
+HardSwish is A (without a bound, its negative side goes no further than its positive one);
+LeakyRelu's positive side clips at A, and a negative ``x`` below -A moves the
 output by ``alpha`` times the excess only. With calibration inputs, their max ``|x|`` narrows
 it too. The rounding this adds (the gate on a 1/255 grid,
 ``x`` on its own grid) is what the agreement check of
@@ -34,7 +35,6 @@ this pass.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -45,8 +45,6 @@ from onnx import helper
 
 from trtqat.engines.ort_qdq_graph import Graph, attr
 from trtqat.engines.ort_qdq_units import MOVE_OPS
-
-log = logging.getLogger(__name__)
 
 RangeFn = Callable[[list[str]], dict[str, float]]
 
@@ -59,8 +57,8 @@ def _qparams(g: Graph, node: onnx.NodeProto) -> tuple[float, np.ndarray] | None:
     """Per-tensor (scale, zero-point) of a Q/DQ node with constant, finite parameters."""
     scale = g.const(node.input[1]) if len(node.input) > 1 else None
     zp = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else np.array(0, np.uint8)
-    if scale is None or zp is None or scale.size != 1 or zp.size != 1:
-        return None
+    if scale is None or zp is None or scale.size != 1 or zp.size != 1 or zp.dtype.kind not in "iu":
+        return None  # per-channel, or not an integer grid (float8)
     value = float(scale.reshape(()))
     if not math.isfinite(value) or value <= 0:
         return None
@@ -119,6 +117,8 @@ def conv_bound(g: Graph, name: str) -> float | None:
     if w is None or scale is None or zp is None or w.ndim < 2:
         return None
     axis = attr(w_dq, "axis", 1) % w.ndim
+    if scale.size not in (1, w.shape[axis]) or zp.size not in (1, w.shape[axis]):
+        return None
     real = (w.astype(np.float64) - _along(zp, axis, w.ndim)) * _along(scale, axis, w.ndim)
     if node.op_type == "Gemm" and not attr(node, "transB", 0):
         real = real.T  # [K, N] -> [N, K]
@@ -157,9 +157,12 @@ def _hard_range(op: str, alpha: float, beta: float, amax: float | None,
             return None
         # x * (x + 3) / 6 = amax below 3, x = amax above
         hi = amax if amax >= 3.0 else 12.0 * amax / (3.0 + math.sqrt(9.0 + 24.0 * amax))
+        if bound is None:  # nothing known of the negative side: as wide as the positive one
+            lo = max(lo, -hi)
     if bound is not None:
         lo, hi = max(lo, -bound), min(hi, bound)
-    return (lo, hi) if hi > lo and math.isfinite(hi - lo) else None
+    # a float32 scale of at least 1e-30: no underflow to 0 (nor a subnormal grid)
+    return (lo, hi) if math.isfinite(hi - lo) and (hi - lo) / 255.0 >= 1e-30 else None
 
 
 def _quantize_input(g: Graph, x: str, lo: float, hi: float) -> tuple[str, float, np.ndarray]:
