@@ -115,3 +115,16 @@ def test_activation_input_range_follows_the_conv(gain, calibrated):
         assert -3.05 <= min(lo for lo, _ in spans) <= -3.0  # -3 on the grid, or one step below
     else:
         assert max(hi - lo for lo, hi in spans) < 0.05
+
+
+@pytest.mark.parametrize("amax, bound, want", [
+    (6.0, None, (-3.0, 6.0)),  # below -3 HardSwish is 0; above amax its quantizer clips
+    (1e-6, None, (-2e-6, 2e-6)),  # nothing known below 0: as wide as above
+    (1e-6, 10.0, (-3.0, 2e-6)),  # the conv may reach -3: exact
+    (6.0, 0.5, (-0.5, 0.5)),
+    (float("inf"), None, None), (1e-40, None, None)])  # no finite float32 grid
+def test_hardswish_input_range(amax, bound, want):
+    from trtqat.engines.ort_qdq_act import _hard_range
+
+    got = _hard_range("HardSwish", 1 / 6, 0.5, amax, bound)
+    assert got == want if want is None else got == pytest.approx(want, rel=1e-3)
