@@ -167,3 +167,42 @@ def test_captured_step_matches_the_eager_step_on_cuda():
     for (name, a), b in zip(plain.state_dict().items(), graphed.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
     assert float(opt.param_groups[0]["lr"]) == pytest.approx(float(ref_opt.param_groups[0]["lr"]))
+
+
+@pytest.mark.parametrize("saved_graphs, graphs", [(True, False), (False, True)])
+def test_resume_switches_cuda_graphs_on_or_off(saved_graphs, graphs, tmp_path):
+    """--cuda-graphs may change on --resume: a tensor rate saved by a graphed run becomes a
+    float again without it, and a float rate becomes the graphed step's device tensor."""
+    from trtqat.runs.recipes import restore
+
+    model = _tiny_qcnn()
+    opt = build_optimizer("sgd", model, 0.05, 0.9, 0.0, graphs=saved_graphs)
+    sched = build_scheduler(opt, total_steps=4, warmup_steps=0, final_ratio=0.1)
+    x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    sched.step()
+    torch.save({"state_dict": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "epoch": 1}, tmp_path / "last.pt")
+    ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
+    model2 = _tiny_qcnn()
+    opt2 = build_optimizer("sgd", model2, 0.05, 0.9, 0.0, graphs=graphs)
+    sched2 = build_scheduler(opt2, total_steps=4, warmup_steps=0, final_ratio=0.1)
+    restore(ckpt, model2, opt2, sched2, D.DistContext())
+    if graphs:
+        GraphedStep(model2, nn.CrossEntropyLoss(), opt2, "cpu", capture=False)
+    lr = opt2.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) == graphs
+    sched2.step()
+    assert isinstance(opt2.param_groups[0]["lr"], torch.Tensor) == graphs
+    assert float(opt2.param_groups[0]["lr"]) == pytest.approx(0.05 * cosine(2, 4, 0.1))
+    before = model2[0].weight.detach().clone()
+    nn.functional.cross_entropy(model2(x), y).backward()
+    opt2.step()  # steps with the restored rate, float or tensor
+    assert not torch.equal(before, model2[0].weight)
+
+
+def cosine(step: int, total: int, final: float) -> float:
+    from trtqat.runs.loop import cosine_lambda
+
+    return cosine_lambda(total, 0, final)(step)

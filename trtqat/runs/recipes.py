@@ -152,8 +152,21 @@ def build_optimizer(name: str, model: nn.Module, lr: float, momentum: float,
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
                     final_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
     """Per-iteration cosine annealing (after a linear warm-up) down to ``final_ratio * lr``."""
-    return torch.optim.lr_scheduler.LambdaLR(
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, cosine_lambda(total_steps, warmup_steps, final_ratio))
+    _float_rates(optimizer, scheduler)
+    return scheduler
+
+
+def _float_rates(optimizer: torch.optim.Optimizer, scheduler) -> None:
+    """The scheduler's base rates as floats, and the optimizer's rates as floats where they
+    were floats: with a tensor rate (``--cuda-graphs``) the scheduler then fills it with a
+    float (no read back from the GPU each step); a run resumed without ``--cuda-graphs``
+    from one with it steps a float rate again."""
+    scheduler.base_lrs = [float(b) for b in scheduler.base_lrs]
+    for group in optimizer.param_groups:
+        if isinstance(group.get("initial_lr"), torch.Tensor):
+            group["initial_lr"] = float(group["initial_lr"])
 
 
 def steps_per_epoch(loader, limit: int | None, *, drop_last: bool = False) -> int:
@@ -255,8 +268,13 @@ def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optim
             scheduler, ctx: D.DistContext) -> tuple[int, float, float]:
     """Load a resume checkpoint into the live objects; returns (epoch, best top-1, wall time)."""
     model.load_state_dict(accel.strip_compiled_prefix(ckpt["state_dict"]))
+    tensor_lr = [isinstance(g["lr"], torch.Tensor) for g in optimizer.param_groups]
     optimizer.load_state_dict(ckpt["optimizer"])
     scheduler.load_state_dict(ckpt["scheduler"])
+    _float_rates(optimizer, scheduler)
+    for group, was_tensor in zip(optimizer.param_groups, tensor_lr):
+        if not was_tensor and isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])  # the graphed step pins tensor rates itself
     rng = ckpt.get("rng") or []
     if ctx.rank < len(rng):
         D.set_rng_state(rng[ctx.rank])
