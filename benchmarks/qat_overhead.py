@@ -19,10 +19,26 @@ repetition). ``--amp bf16|fp16`` (autocast; a gradient scaler for fp16) and ``--
 * ``pytorch-quantization`` / ``modelopt``  NVIDIA's libraries, when they import
 
 On CUDA each variant's peak memory above what is resident between steps (activations kept
-for backward, gradients, temporaries) is measured too (``torch.cuda.max_memory_allocated``).
+for backward, gradients, temporaries) is measured too (``torch.cuda.max_memory_allocated``),
+and its GPU busy time per step (the profiler's summed kernel time over a few extra steps,
+``benchmarks/qat_step_cuda.py``) beside the wall and process CPU time: a step whose GPU busy
+time is far below its wall time, with CPU time close to it, is host-bound (column ``bound``).
+On CUDA the table also has ``trtqat graphs``: the trtqat model with its whole step captured
+as one CUDA graph (``trtqat train/qat --cuda-graphs``; fused SGD; not with --compile or
+fp16; ``--no-cuda-graphs`` leaves it out).
+
+``--repeat-process N`` runs the whole comparison N times in fresh processes and reports the
+median of the per-process medians and whether the ordering of the variants held in each
+(``benchmarks/qat_overhead_repeat.py``).
+
+ModelOpt (``nvidia-modelopt``) is measured when it imports (``--no-modelopt`` skips it). To
+install it on a machine without network: on one with network, ``pip download
+"nvidia-modelopt[torch]" -d wheels`` (same Python version and platform), copy ``wheels/``
+over, then ``pip install --no-index --find-links wheels "nvidia-modelopt[torch]"``.
 
     python benchmarks/qat_overhead.py [--models resnet18,resnet50] [--steps N] [--quick]
     python benchmarks/qat_overhead.py --device cuda [--amp bf16] [--compile]
+    python benchmarks/qat_overhead.py --device cuda --models resnet18 --repeat-process 3
     python benchmarks/qat_overhead.py --models resnet18 --batch 2 --size 32 --steps 2 \
         --warmup 1 --no-peers --no-calib            # a quick check that it runs
 """
@@ -33,6 +49,7 @@ import argparse
 import copy
 import gc
 import importlib.util
+import json
 import os
 import platform
 import shlex
@@ -80,6 +97,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="time only FP32 and trtqat (no torch ops, pytorch-quantization, ModelOpt)")
     p.add_argument("--no-calib", action="store_true",
                    help="skip the histogram-calibration throughput benchmark")
+    p.add_argument("--no-cuda-graphs", action="store_true",
+                   help="CUDA: leave out the trtqat variant replayed as one CUDA graph")
+    p.add_argument("--repeat-process", type=int, default=None, metavar="N",
+                   help="run the whole comparison N times in fresh processes; report the "
+                        "median of medians and whether the ordering held in each")
+    p.add_argument("--json-out", default=None, metavar="FILE",
+                   help="also write the table rows as JSON (what --repeat-process reads)")
     p.add_argument("--calib-args", default=None,
                    help="arguments for benchmarks/calib_throughput.py (default: none, "
                         "'--repeats 2 --batches 2' with --quick)")
@@ -100,6 +124,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args.warmup = 2 if args.quick else (5 if cuda else 3)
     if args.steps < 1:
         p.error("--steps must be >= 1")
+    if args.repeat_process is not None and args.repeat_process < 1:
+        p.error("--repeat-process must be >= 1")
     return args
 
 
@@ -248,6 +274,7 @@ def _variants(name: str, fp32: nn.Module, state: dict, calib: list, args: argpar
     else:
         variants.append(Variant("trtqat pytorch", qat, args, backend="pytorch"))
         notes.append(f"trtqat {fast} kernels unavailable: {_kernels.kernel_report()}")
+    _add_graphed(variants, qat, args, notes, fast if has_fast else "pytorch")
     if args.no_peers:
         notes.append("peers not measured: --no-peers")
         return variants
@@ -271,6 +298,40 @@ def _variants(name: str, fp32: nn.Module, state: dict, calib: list, args: argpar
     return variants
 
 
+def _add_graphed(variants: list, qat: nn.Module, args: argparse.Namespace,
+                 notes: list[str], backend: str) -> None:
+    """CUDA: the trtqat model with its whole step as one CUDA graph (qat_step_cuda.py)."""
+    if args.device != "cuda" or args.no_cuda_graphs:
+        return
+    why = ("--compile" if args.compile else "--amp fp16 (its gradient scaler)"
+           if args.amp == "fp16" else None)
+    if why:
+        notes.append(f"trtqat graphs not measured: CUDA graphs do not combine with {why}")
+        return
+    from qat_step_cuda import GraphedVariant
+
+    variants.append(GraphedVariant("trtqat graphs", copy.deepcopy(qat), args.lr,
+                                   amp=None if args.amp == "none" else args.amp,
+                                   backend=backend))
+    notes.append(f"trtqat graphs: the trtqat {backend} model, forward + backward + fused SGD "
+                 "captured once and replayed (the others: foreach SGD)")
+
+
+def _gpu_busy(variants: list, data: list, steps: int) -> None:
+    """Each variant's GPU busy time per step, profiled over ``steps`` extra steps."""
+    from qat_step_cuda import gpu_busy_ms
+
+    for v in variants:
+        if v.error is None and v.times:
+            v.prepare()
+            try:
+                v.busy_ms = gpu_busy_ms(v.step, data, steps)
+            except Exception as exc:  # the profiler unavailable: the column stays empty
+                v.busy_ms = None
+                print(f"    {v.label}: no GPU busy time ({type(exc).__name__}: {exc})",
+                      file=sys.stderr)
+
+
 def _row(name: str, v: Variant, ref: Variant) -> dict:
     r = _ratios(v.times, ref.times)
     q = statistics.quantiles(r, n=4) if len(r) >= 2 else [r[0], r[0], r[0]]
@@ -281,6 +342,11 @@ def _row(name: str, v: Variant, ref: Variant) -> dict:
     if v.peak and ref.peak:
         row["peak_mib"] = max(v.peak) / 2**20
         row["mem_ratio"] = max(v.peak) / max(max(ref.peak), 1)
+    if getattr(v, "busy_ms", None) is not None:
+        from qat_step_cuda import bound
+
+        row["gpu_ms"] = v.busy_ms
+        row["bound"] = bound(row["ms"], row["cpu_ms"], v.busy_ms)
     return row
 
 
@@ -296,6 +362,9 @@ def _bench_model(name: str, args: argparse.Namespace, log: Callable[[str], None]
     log(f"  {name}: timing {len(variants)} variants x {args.steps} steps "
         f"(+{args.warmup} warm-up), interleaved ...")
     _measure(variants, data, args.steps, args.warmup, log)
+    if args.device == "cuda":
+        log(f"  {name}: profiling the GPU busy time of each variant ...")
+        _gpu_busy(variants, data, 2 if args.quick else 4)
     ref = variants[0]
     rows = [_row(name, v, ref) for v in variants if v.error is None and v.times]
     notes += [f"{v.label} failed: {v.error}" for v in variants if v.error is not None]
@@ -329,7 +398,7 @@ def _target(r: dict, args: argparse.Namespace) -> str:
 
 def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
     cuda = args.device == "cuda"
-    mem_head = f"{'step MiB':>9} {'x FP32':>7}  " if cuda else ""
+    mem_head = f"{'step MiB':>9} {'x FP32':>7}  {'gpu ms':>8} {'bound':>6}  " if cuda else ""
     print()
     print(f"{'model':<10} {'variant':<30} {'wall ms':>9} {'x FP32':>7} {'IQR':>13}  "
           f"{'cpu ms':>9} {'x FP32':>7}  {mem_head}target (wall)")
@@ -338,7 +407,9 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
             print(f"{r['model']:<10} {r['note']}")
             continue
         iqr = f"{r['q1']:.3f}-{r['q3']:.3f}" if r["variant"] != "fp32" else ""
-        mem = f"{r.get('peak_mib', 0):9.0f} {r.get('mem_ratio', 0):7.3f}  " if cuda else ""
+        gpu = f"{r['gpu_ms']:8.1f}" if "gpu_ms" in r else f"{'-':>8}"
+        mem = (f"{r.get('peak_mib', 0):9.0f} {r.get('mem_ratio', 0):7.3f}  {gpu} "
+               f"{r.get('bound', '?'):>6}  " if cuda else "")
         print(f"{r['model']:<10} {r['variant']:<30} {r['ms']:9.1f} {r['ratio']:7.3f} {iqr:>13}  "
               f"{r['cpu_ms']:9.1f} {r['cpu_ratio']:7.3f}  {mem}{_target(r, args)}")
     print("x FP32: median over repetitions of (variant step / FP32 step of the same repetition);"
@@ -346,7 +417,10 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
           "\nother processes on a shared machine than wall-clock time.")
     if cuda:
         print("step MiB: largest CUDA memory allocated during a step above what was resident "
-              "before it\n(weights, optimizer state); x FP32: over FP32's under the same options.")
+              "before it\n(weights, optimizer state); x FP32: over FP32's under the same options."
+              "\ngpu ms: the GPU's busy time per step (summed kernel and copy time, profiled); "
+              "bound: host when\nthe GPU is busy < 50% of the wall time (the host launches "
+              "too slowly), device when >= 80%.")
 
 
 def _run_calib_benchmark(args: argparse.Namespace) -> None:
@@ -396,6 +470,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if args.repeat_process is not None:
+        import qat_overhead_repeat
+
+        summary = qat_overhead_repeat.main(list(sys.argv[1:] if argv is None else argv),
+                                           args.repeat_process, args.device == "cuda", log)
+        if not args.no_calib:
+            _run_calib_benchmark(args)
+        return summary["rows"]
+
     where = "CUDA" if args.device == "cuda" else "CPU"
     print(f"QAT training-step overhead on {where}: batch {args.batch}x3x{args.size}x{args.size}, "
           f"SGD lr={args.lr} momentum 0.9, {args.steps} steps per variant (median); amp "
@@ -414,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict]:
         rows += _bench_model(name, args, log)
         gc.collect()
     _print_table(rows, args)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1))
     if args.device == "cuda":
         print(f"targets (H100-class, ResNet50, bf16): eager <= {CUDA_TARGETS['eager']:.2f}x, "
               f"compiled <= {CUDA_TARGETS['compiled']:.2f}x the FP32 step under the same options;"

@@ -2,8 +2,9 @@
 
 ``TrainConfig``, ``CalibrateConfig`` and ``QATConfig`` (``trtqat.stages``) inherit it, for
 image classifiers and sentence encoders alike; its ``__post_init__`` holds the checks they
-share. The speed options (``--amp``, ``--channels-last``, ``--compile``) are the
-:class:`AccelOptions` part; :class:`trtqat.runs.accel.Accel` applies them.
+share. The speed options (``--amp``, ``--channels-last``, ``--compile``,
+``--cuda-graphs``) are the :class:`AccelOptions` part; :class:`trtqat.runs.accel.Accel`
+applies them.
 
 This module imports nothing of trtqat but its errors (and no torch), so every package, and
 the command-line parser, may use it.
@@ -89,15 +90,17 @@ def check_amp(cfg: Any) -> None:
 
 @dataclasses.dataclass
 class AccelOptions:
-    """``--amp bf16|fp16``, ``--channels-last`` and ``--compile``.
+    """``--amp bf16|fp16``, ``--channels-last``, ``--compile`` and ``--cuda-graphs``.
 
     ``amp=None`` runs float32; ``channels_last`` stores conv weights and image batches
-    NHWC; ``compile`` runs the model through ``torch.compile`` (inductor).
+    NHWC; ``compile`` runs the model through ``torch.compile`` (inductor); ``cuda_graphs``
+    replays the whole training step as one CUDA graph (``trtqat.runs.graphed_step``).
     """
 
     amp: str | None = None
     channels_last: bool = False
     compile: bool = False
+    cuda_graphs: bool = False
 
 
 @dataclasses.dataclass

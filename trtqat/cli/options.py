@@ -307,7 +307,7 @@ def add_metric_output(g: Group) -> None:
 
 
 def add_accel_args(p: argparse.ArgumentParser) -> None:
-    """--amp, --channels-last, --compile (trtqat.runs.accel; CNNs and encoders alike)."""
+    """--amp, --channels-last, --compile, --cuda-graphs (trtqat.runs.accel)."""
     from trtqat.runopts import AMP_CHOICES
 
     g = p.add_argument_group("speed (checkpoints stay float32)")
@@ -320,6 +320,10 @@ def add_accel_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action="store_true",
                    help="run the model through torch.compile (calibrate: evaluation only; "
                    "statistics are collected eagerly)")
+    g.add_argument("--cuda-graphs", action="store_true",
+                   help="train/qat of image classifiers on a GPU: replay the whole training "
+                   "step (forward, backward, optimizer) as one CUDA graph; for host-bound "
+                   "steps (small models or batches); drops a last partial batch")
 
 
 def add_optim_args(p: argparse.ArgumentParser, inherit: bool = False) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 COMPILED_PREFIX = "_orig_mod"  # what torch.compile's OptimizedModule puts before every key
 COMPILE_BACKEND = "inductor"  # tests use "eager" to trace with dynamo without codegen
-OPTION_NAMES = ("amp", "channels_last", "compile")
+OPTION_NAMES = ("amp", "channels_last", "compile", "cuda_graphs")
 check_options = check_amp_choice  # refuse an unknown --amp value (device-independent)
 
 
@@ -94,38 +95,68 @@ def check_compile(device: torch.device) -> None:
                          f"{first}); drop --compile") from None
 
 
+def check_cuda_graphs(opts: Any, device: torch.device, *, graphs: bool = True) -> None:
+    """Refuse ``--cuda-graphs`` where the training step cannot be one CUDA graph: no CUDA
+    device, a recipe without graph support (``graphs=False``), fp16's gradient scaler,
+    ``--compile``, several processes. The model's own checks (quantizers still collecting
+    statistics) are the family's."""
+    if not getattr(opts, "cuda_graphs", False):
+        return
+    if not graphs:
+        raise AccelError("--cuda-graphs applies to `trtqat train` and `trtqat qat` of image "
+                         "classifiers; drop it here")
+    if device.type != "cuda":
+        raise AccelError(f"--cuda-graphs needs a CUDA GPU (the run is on {device.type}); drop "
+                         "it, or pass --device cuda")
+    if getattr(opts, "amp", None) == "fp16":
+        raise AccelError("--cuda-graphs cannot run fp16's gradient scaler (it checks every "
+                         "step on the host): use --amp bf16, or drop one of them")
+    if getattr(opts, "compile", False):
+        raise AccelError("--cuda-graphs and --compile exclude each other: pick one")
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise AccelError("--cuda-graphs runs in one process: drop it, or run without "
+                         "torchrun")
+
+
 class Accel:
     """The speed options of one run, bound to its device (see the module doc)."""
 
     def __init__(self, device: torch.device | str = "cpu", amp: str | None = None,
-                 channels_last: bool = False, compile: bool = False) -> None:
+                 channels_last: bool = False, compile: bool = False,
+                 cuda_graphs: bool = False) -> None:
         self.device = torch.device(device)
         self.amp = amp
         self.channels_last = channels_last
         self.compile = compile
+        self.cuda_graphs = cuda_graphs
         self.scaler = (torch.amp.GradScaler(self.device.type) if amp == "fp16" else None)
 
     @classmethod
-    def setup(cls, opts: Any, device: torch.device, *, images: bool = True) -> Accel:
+    def setup(cls, opts: Any, device: torch.device, *, images: bool = True,
+              graphs: bool = False) -> Accel:
         """Check ``opts`` (an :class:`AccelOptions`) against ``device``; raises AccelError.
 
-        ``images=False`` (encoders) makes ``--channels-last`` a logged no-op.
+        ``images=False`` (encoders) makes ``--channels-last`` a logged no-op; ``graphs``:
+        the recipe supports ``--cuda-graphs`` (:func:`check_cuda_graphs`).
         """
         check_amp_choice(opts)
         amp = getattr(opts, "amp", None)
         channels_last = bool(getattr(opts, "channels_last", False))
         compile_ = bool(getattr(opts, "compile", False))
+        check_cuda_graphs(opts, device, graphs=graphs)
         check_amp(amp, device)
         if compile_:
             check_compile(device)
         if channels_last and not images:
             log.info("--channels-last has no effect on an encoder (no 4-D activations)")
             channels_last = False
-        return cls(device, amp, channels_last, compile_)
+        return cls(device, amp, channels_last, compile_,
+                   bool(getattr(opts, "cuda_graphs", False)))
 
     def options(self) -> dict[str, Any]:
         """The options as recorded in args.yaml."""
-        return {"amp": self.amp, "channels_last": self.channels_last, "compile": self.compile}
+        return {"amp": self.amp, "channels_last": self.channels_last, "compile": self.compile,
+                "cuda_graphs": self.cuda_graphs}
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``torch.autocast`` in the --amp precision, or a no-op context."""

@@ -16,6 +16,7 @@ from trtqat.progress import progress as progress_of
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel
 from trtqat.runs.checkpoint import copy_checkpoint, save_checkpoint
+from trtqat.runs.graphed_step import GraphedStep
 from trtqat.runs.health import NonFiniteLossError, check_epoch
 from trtqat.runs.run_dir import RunDir
 
@@ -65,10 +66,13 @@ def _steps(loader: Iterable, limit: int | None) -> int | None:
 def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler, ctx: D.DistContext, epoch: int,
                     *, limit: int | None = None, progress: bool = True, desc: str = "train",
-                    accel: Accel | None = None) -> dict[str, float]:
+                    accel: Accel | None = None, graphed: GraphedStep | None = None
+                    ) -> dict[str, float]:
     """One pass over ``loader`` (at most ``limit`` batches), stepping the LR every batch.
 
-    ``accel`` adds autocast, channels_last inputs and the fp16 gradient scaler.
+    ``accel`` adds autocast, channels_last inputs and the fp16 gradient scaler; ``graphed``
+    (``--cuda-graphs``) runs each step as a replayed CUDA graph and drops a partial batch
+    (one NOTE says how many samples).
 
     Raises :class:`NonFiniteLossError` (on every rank at once) if the loss is NaN or inf.
     """
@@ -86,21 +90,37 @@ def train_one_epoch(model: nn.Module, loader: Iterable, criterion: nn.Module,
             break
         x = acc.inputs(x.to(ctx.device, non_blocking=True))
         y = y.to(ctx.device, non_blocking=True)
-        with acc.autocast():
-            out = model(x)
-            loss = criterion(out, y)
+        if graphed is not None:
+            result = graphed(x, y)  # forward, backward and optimizer step: one graph
+            if result is None:
+                continue  # a partial batch: counted, dropped
+            out, loss = result
+        else:
+            with acc.autocast():
+                out = model(x)
+                loss = criterion(out, y)
         loss_value = float(loss.detach())
         if not D.all_true(ctx, math.isfinite(loss_value)):
             raise NonFiniteLossError(f"the loss became {loss_value:g} at epoch {epoch}, "
                                      f"step {step}")
-        optimizer.zero_grad(set_to_none=True)
-        acc.backward_step(loss, optimizer)
+        if graphed is None:
+            optimizer.zero_grad(set_to_none=True)
+            acc.backward_step(loss, optimizer)
         scheduler.step()
         n = y.shape[0]
         c1, c5 = _topk_correct(out.detach(), y)
         sums += torch.tensor([loss_value * n, c1, c5, n], dtype=torch.float64)
-        bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{optimizer.param_groups[0]['lr']:.2e}")
+        bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{_lr(optimizer):.2e}")
+    dropped = graphed.take_dropped() if graphed is not None else 0
+    if dropped and ctx.is_main:
+        log.info("NOTE: --cuda-graphs dropped the last, partial batch of epoch %d (%d "
+                 "sample(s)): a captured step takes one batch shape", epoch, dropped)
     return _totals(sums, time.perf_counter() - start, ctx)
+
+
+def _lr(optimizer: torch.optim.Optimizer) -> float:
+    """The first group's learning rate as a float (a tensor with ``--cuda-graphs``)."""
+    return float(optimizer.param_groups[0]["lr"])
 
 
 @torch.no_grad()
@@ -140,22 +160,23 @@ def fit(*, stage: str, model: nn.Module, train_loader: Iterable, val_loader: Ite
         run: RunDir, start_epoch: int, epochs: int, best_top1: float, wall_offset: float,
         payload: Callable[[int, dict[str, Any], float, float], dict[str, Any]],
         limit: int | None = None, stop_after: int | None = None, progress: bool = True,
-        accel: Accel | None = None) -> dict[str, Any]:
+        accel: Accel | None = None, graphed: GraphedStep | None = None) -> dict[str, Any]:
     """Train epochs ``start_epoch+1 .. epochs``; after each, evaluate, log and checkpoint.
 
     ``model`` may be wrapped in DDP. ``payload(epoch, record, best_top1, wall_time)`` builds
     the checkpoint dict (it may run collectives, so it is called on every rank). Metrics are
     appended before the checkpoint is replaced, so a resume can drop lines it has no
-    checkpoint for. Returns the last record and the best top-1.
+    checkpoint for. ``graphed``: the step of ``--cuda-graphs`` (:func:`train_one_epoch`).
+    Returns the last record and the best top-1.
     """
 
     t0 = time.perf_counter()
     record: dict[str, Any] = {}
     for epoch in range(start_epoch + 1, epochs + 1):
-        lr = optimizer.param_groups[0]["lr"]
+        lr = _lr(optimizer)
         tr = train_one_epoch(model, train_loader, criterion, optimizer, scheduler, ctx, epoch,
                              limit=limit, progress=progress, desc=f"{stage} {epoch}/{epochs}",
-                             accel=accel)
+                             accel=accel, graphed=graphed)
         D.broadcast_buffers(ctx, D.unwrap(model))
         va = evaluate(model, val_loader, ctx, criterion=criterion, limit=limit,
                       progress=progress, desc=f"val {epoch}/{epochs}", accel=accel)

@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 # Options that may change between a run and its --resume without changing the result.
 RESUME_FREE = {"resume", "overwrite", "workers", "progress", "stop_after", "device", "out",
-               "strict", "world_size", "compile", "channels_last", "threads"}
+               "strict", "world_size", "compile", "channels_last", "threads",
+               "cuda_graphs"}
 
 
 @dataclasses.dataclass
@@ -129,27 +130,53 @@ def as_args(cfg: Any, **resolved: Any) -> dict[str, Any]:
 
 
 def build_optimizer(name: str, model: nn.Module, lr: float, momentum: float,
-                    weight_decay: float) -> torch.optim.Optimizer:
-    """SGD with momentum (the torchvision reference default) or AdamW."""
+                    weight_decay: float, *, graphs: bool = False) -> torch.optim.Optimizer:
+    """SGD with momentum (the torchvision reference default) or AdamW.
+
+    ``graphs`` (``--cuda-graphs``): the fused implementation, with the learning rate a
+    tensor on the parameters' device, so that a captured step reads the scheduler's rate."""
     params = [p for p in model.parameters() if p.requires_grad]
+    fused: dict[str, Any] = {}
+    if graphs and params:
+        fused = {"fused": True}
+        lr = torch.tensor(float(lr), dtype=torch.float32, device=params[0].device)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                               nesterov=momentum > 0)
+                               nesterov=momentum > 0, **fused)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **fused,
+                                 **({"capturable": True} if fused else {}))
     raise ConfigError(f"unknown --opt {name!r}: use one of {', '.join(OPTIMIZERS)}")
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
                     final_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
     """Per-iteration cosine annealing (after a linear warm-up) down to ``final_ratio * lr``."""
-    return torch.optim.lr_scheduler.LambdaLR(
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, cosine_lambda(total_steps, warmup_steps, final_ratio))
+    _float_rates(optimizer, scheduler)
+    return scheduler
 
 
-def steps_per_epoch(loader, limit: int | None) -> int:
-    """Optimizer steps in one epoch (``limit`` caps it)."""
+def _float_rates(optimizer: torch.optim.Optimizer, scheduler) -> None:
+    """The scheduler's base rates as floats, and the optimizer's rates as floats where they
+    were floats: with a tensor rate (``--cuda-graphs``) the scheduler then fills it with a
+    float (no read back from the GPU each step); a run resumed without ``--cuda-graphs``
+    from one with it steps a float rate again."""
+    scheduler.base_lrs = [float(b) for b in scheduler.base_lrs]
+    for group in optimizer.param_groups:
+        if isinstance(group.get("initial_lr"), torch.Tensor):
+            group["initial_lr"] = float(group["initial_lr"])
+
+
+def steps_per_epoch(loader, limit: int | None, *, drop_last: bool = False) -> int:
+    """Optimizer steps in one epoch (``limit`` caps it); ``drop_last`` (``--cuda-graphs``):
+    the last batch does not count when it is partial (the graphed step drops it)."""
     n = len(loader)
+    size, data = getattr(loader, "batch_size", None), getattr(loader, "dataset", None)
+    if drop_last and n > 1 and size and data is not None and hasattr(data, "__len__") \
+            and len(data) % size:
+        n -= 1
     return n if limit is None else min(n, limit)
 
 
@@ -192,18 +219,18 @@ class Stage:
 
 
 @contextlib.contextmanager
-def stage(cfg: Any, *, resume: bool = False, inputs: Iterable[tuple[str, object]] = ()
-          ) -> Iterator[Stage]:
+def stage(cfg: Any, *, resume: bool = False, inputs: Iterable[tuple[str, object]] = (),
+          graphs: bool = False) -> Iterator[Stage]:
     """Set up a recipe run (``D.setup``, ``Accel.setup``, the ``--out`` guard) and close it
     all on exit, however the run ends. Bad speed options are refused before ``--out`` is
-    touched."""
+    touched; ``graphs``: the recipe supports ``--cuda-graphs``."""
     model = getattr(cfg, "model", None)
     if isinstance(model, str) and ".py:" in model:  # a model file may not be in --out either
         inputs = [*inputs, ("--model", model.rpartition(":")[0])]
     st = Stage(D.setup(cfg.device))
     guard = None
     try:
-        st.acc = accel.Accel.setup(cfg, st.ctx.device)
+        st.acc = accel.Accel.setup(cfg, st.ctx.device, graphs=graphs)
         guard = RunGuard(cfg.out, resume, cfg.overwrite, enabled=st.ctx.is_main,
                          inputs=list(inputs))
         st.out = guard.path
@@ -241,8 +268,13 @@ def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optim
             scheduler, ctx: D.DistContext) -> tuple[int, float, float]:
     """Load a resume checkpoint into the live objects; returns (epoch, best top-1, wall time)."""
     model.load_state_dict(accel.strip_compiled_prefix(ckpt["state_dict"]))
+    tensor_lr = [isinstance(g["lr"], torch.Tensor) for g in optimizer.param_groups]
     optimizer.load_state_dict(ckpt["optimizer"])
     scheduler.load_state_dict(ckpt["scheduler"])
+    _float_rates(optimizer, scheduler)
+    for group, was_tensor in zip(optimizer.param_groups, tensor_lr):
+        if not was_tensor and isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])  # the graphed step pins tensor rates itself
     rng = ckpt.get("rng") or []
     if ctx.rank < len(rng):
         D.set_rng_state(rng[ctx.rank])

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from trtqat.families.cnn.data_sources import preprocess_of
+from trtqat.families.cnn.graphs import graphed_step
 from trtqat.families.cnn.model_source import load_weights
 from trtqat.families.types import StageResult
 from trtqat.outputs import scoring
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
     """FP32 training of an image classifier of ``family`` (its ``build``): the stage code of
     :meth:`trtqat.families.cnn.CNNFamily.run_train`."""
-    with R.stage(cfg, resume=cfg.resume) as st:
+    with R.stage(cfg, resume=cfg.resume, graphs=True) as st:
         ctx, acc, out = st.ctx, st.acc, st.out
         D.seed_everything(cfg.seed, ctx.rank)
         prep = preprocess_of(cfg)
@@ -46,8 +47,9 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
                 "num_classes": num_classes, "image_size": prep.image_size, "quantized": False,
                 "skip_layers": [], "source": source, "preprocess": prep.to_dict(),
                 **({"metric_output": cfg.metric_output} if cfg.metric_output else {})}
-        optimizer = R.build_optimizer(cfg.opt, model, cfg.lr, cfg.momentum, cfg.weight_decay)
-        steps = R.steps_per_epoch(train_loader, cfg.limit_batches)
+        optimizer = R.build_optimizer(cfg.opt, model, cfg.lr, cfg.momentum, cfg.weight_decay,
+                                      graphs=acc.cuda_graphs)
+        steps = R.steps_per_epoch(train_loader, cfg.limit_batches, drop_last=acc.cuda_graphs)
         # Warm-up takes at most half of the schedule (short runs keep their cosine decay).
         warmup = min(int(round(cfg.warmup_epochs * steps)), steps * cfg.epochs // 2)
         scheduler = R.build_scheduler(optimizer, steps * cfg.epochs, warmup, cfg.min_lr / cfg.lr)
@@ -55,6 +57,8 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
         if resume_ckpt is not None:
             start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
             acc.load_checkpoint_state(resume_ckpt)
+        criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        graphed = graphed_step(model, criterion, optimizer, acc)
         st.run = run = RunDir(out, enabled=ctx.is_main)
         run.start(args, resume=cfg.resume)
         if cfg.resume:
@@ -70,11 +74,11 @@ def train_classifier(cfg: TrainConfig, family: Any) -> StageResult:
             result = fit(stage="fp32", model=D.wrap(ctx, acc.compiled(model)),
                          train_loader=train_loader,
                          val_loader=val_loader,
-                         criterion=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
-                         optimizer=optimizer, scheduler=scheduler, ctx=ctx, run=run,
+                         criterion=criterion, optimizer=optimizer, scheduler=scheduler, ctx=ctx, run=run,
                          start_epoch=start, epochs=cfg.epochs, best_top1=best,
                          wall_offset=wall, payload=make_payload, limit=cfg.limit_batches,
-                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
+                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc,
+                         graphed=graphed)
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr or "
                                      "lengthen --warmup-epochs and start again (--overwrite)"

@@ -17,6 +17,7 @@ from torch import nn
 from trtqat.errors import QuantizerStateError
 from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.cnn.fp32 import top1_or_none
+from trtqat.families.cnn.graphs import graphed_step
 from trtqat.families.types import StageResult
 from trtqat.outputs import scoring
 from trtqat.quant.model_ops import disable_layers, quantizers
@@ -65,7 +66,8 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
     """QAT of an image classifier of ``family`` (``src``: the loaded calibrated checkpoint):
     the stage code of :meth:`trtqat.families.cnn.CNNFamily.run_qat`. The result's ``best``
     is the best val top-1, ``before`` the calibrated model's."""
-    with R.stage(cfg, resume=cfg.resume, inputs=[("--checkpoint", cfg.checkpoint)]) as st:
+    with R.stage(cfg, resume=cfg.resume, inputs=[("--checkpoint", cfg.checkpoint)],
+                 graphs=True) as st:
         ctx, acc, out = st.ctx, st.acc, st.out
         src = R.load_source(cfg.checkpoint, ("ptq", "qat"), cfg.model, "qat", src)
         spec = dict(src["model"])
@@ -110,8 +112,8 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
         acc.prepare(model)
         fast = acc.compiled(model)  # shares model's parameters; checkpoints come from model
         optimizer = R.build_optimizer(r["opt"], model, r["lr"], r["momentum"],
-                                      r["weight_decay"])
-        steps = R.steps_per_epoch(batches.train, cfg.limit_batches)
+                                      r["weight_decay"], graphs=acc.cuda_graphs)
+        steps = R.steps_per_epoch(batches.train, cfg.limit_batches, drop_last=acc.cuda_graphs)
         scheduler = R.build_scheduler(optimizer, steps * r["epochs"], 0, r["min_lr"] / r["lr"])
         criterion = nn.CrossEntropyLoss(label_smoothing=r["label_smoothing"])
         start, best, wall = 0, -1.0, 0.0
@@ -119,6 +121,7 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
         if resume_ckpt is not None:
             start, best, wall = R.restore(resume_ckpt, model, optimizer, scheduler, ctx)
             acc.load_checkpoint_state(resume_ckpt)
+        graphed = graphed_step(model, criterion, optimizer, acc)
         st.run = run = RunDir(out, enabled=ctx.is_main)
         extra = {"calib": src.get("calib"), "train_args": train_args}
         if cfg.resume:
@@ -148,7 +151,8 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
                          scheduler=scheduler, ctx=ctx, run=run, start_epoch=start,
                          epochs=r["epochs"], best_top1=best, wall_offset=wall,
                          payload=make_payload, limit=cfg.limit_batches,
-                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc)
+                         stop_after=cfg.stop_after, progress=cfg.progress, accel=acc,
+                         graphed=graphed)
         except NonFiniteLossError as exc:
             raise NonFiniteLossError(f"{exc}; stopped. {kept_message(out, run)} Lower --lr and start "
                                      "again (--overwrite)") from None
