@@ -93,9 +93,11 @@ def test_task_heads_keep_their_final_convs_float() -> None:
     assert head_float_layers(_model("yolo11n-cls.yaml")) == ()
 
 
-def test_task_models_are_refused_for_training_and_classifiers_by_the_command_line() -> None:
+def test_task_models_are_refused_for_training_and_classifiers_by_the_detector_builder(
+        ) -> None:
     """The detection data has no masks, keypoints or angles: a task model's loss is refused
-    in one line; the command line's detector builder refuses a classifier yaml."""
+    in one line; the detector builder refuses a classifier yaml (the CNN family's, see
+    test_ultralytics_classifier.py)."""
     from trtqat.errors import TrtqatError
     from trtqat.families.detect.ultralytics import UltralyticsLoss, build_yolo
 
