@@ -206,3 +206,28 @@ def test_task_heads_record_their_layout_and_are_scored_by_their_boxes() -> None:
     boxes = family.metric(out, targets, head=head_of_record({"yaml": model.yaml}, 1))
     assert boxes["map50"] == pytest.approx(100.0)
     assert family.metric(out, targets)["map50"] < 50.0  # keypoints read as class scores
+
+
+def test_compare_reads_the_head_of_an_explicit_onnx_file(tmp_path: Path) -> None:
+    """``trtqat compare --onnx pose.onnx`` (no checkpoint): the head and class count come
+    from the file's metadata; a file without them is a plain detector's."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from trtqat.families.detect.compare_data import _head
+    from trtqat.families.detect.heads import Head
+    from trtqat.families.types import Variant
+
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 56, 8])
+    y = helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 56, 8])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["images"], ["output0"])], "g", [x], [y]))
+    path = tmp_path / "plain.onnx"
+    onnx.save(model, str(path))
+    variant = Variant("pose", "int8", None, onnx=path)
+    assert _head([variant]) == Head()
+    for key, value in (("trtqat.head", "pose"), ("trtqat.classes", "1"),
+                       ("trtqat.keypoints", "17,3")):
+        model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
+    onnx.save(model, str(path))
+    assert _head([variant]) == Head("pose", 1, (17, 3))

@@ -57,8 +57,8 @@ def detection_data(family: Any, variants: list[Variant], settings: dict[str, Any
 
 def _head(variants: list[Variant]) -> Any:
     """The head the runs' checkpoints record (its class count: an Ultralytics segment,
-    pose or OBB head's output0 holds more channels after the class scores); a plain
-    ``detect`` head where none records one."""
+    pose or OBB head's output0 holds more channels after the class scores), else the one
+    an explicit ONNX file's metadata records; a plain ``detect`` head where none does."""
     from trtqat.families.detect.heads import Head, head_of_record
     from trtqat.runs.checkpoint import load_checkpoint
 
@@ -66,6 +66,15 @@ def _head(variants: list[Variant]) -> Any:
         if variant.checkpoint is not None:
             spec = load_checkpoint(variant.checkpoint)["model"]
             return head_of_record(spec.get("source"), int(spec["num_classes"]))
+    for variant in variants:
+        if variant.onnx is not None and Path(variant.onnx).is_file():
+            import onnx
+
+            from trtqat.engines.detect_agreement import layout_of
+
+            layout = layout_of(onnx.load(str(variant.onnx), load_external_data=False))
+            if layout.classes is not None:
+                return Head(layout.head, layout.classes, layout.keypoints)
     return Head()
 
 
