@@ -16,6 +16,23 @@ import torch
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def test_the_task_of_a_yaml_is_read_without_building_it(tmp_path: Path) -> None:
+    """A bundled name's task is in its name; a file's is its last layer's."""
+    from trtqat.families.ultralytics_files import ultralytics_task
+
+    names = ["yolo11n-cls.yaml", "yolov8-cls-resnet50.yaml", "yolo11n.yaml", "yolo11n-seg.yaml",
+             "yolo11n-pose.yaml", "yolo11n-obb.yaml", "yolov8n-p6.yaml"]
+    assert [ultralytics_task(n) for n in names] == [
+        "classify", "classify", "detect", "segment", "pose", "obb", "detect"]
+    mine = tmp_path / "mine.yaml"  # not an Ultralytics name: read as yaml
+    mine.write_text("nc: 5\nbackbone:\n  - [-1, 1, Conv, [16, 3, 2]]\n"
+                    "head:\n  - [-1, 1, Classify, [nc]]\n")
+    assert ultralytics_task(str(mine)) == "classify"
+    mine.write_text(mine.read_text().replace("Classify", "Detect"))
+    assert ultralytics_task(str(mine)) == "detect"
+    assert ultralytics_task("resnet18") is None
+
+
 def _save(tmp_path: Path, kind: str) -> Path:
     """An Ultralytics-style ``.pt`` (``{"model": model}``) of a 3-class model."""
     from trtqat.families.detect.ultralytics import _ultralytics

@@ -81,9 +81,9 @@ def ultralytics_task(model: str) -> str | None:
     suffix = Path(model).suffix.lower()
     if suffix in (".yaml", ".yml") and is_ultralytics_yaml(model):
         spec = _yaml_spec(model) if probe(model) == "file" else None
-        if spec is None:  # a bundled name: yolo11n-cls.yaml
-            tail = Path(model).stem.rsplit("-", 1)[-1].lower()
-            return NAME_TASKS.get(tail, "detect")
+        if spec is None:  # a bundled name: yolo11n-cls.yaml, yolov8-cls-resnet50.yaml
+            parts = Path(model).stem.lower().split("-")[1:]
+            return next((NAME_TASKS[p] for p in parts if p in NAME_TASKS), "detect")
         try:
             layer = str(spec["head"][-1][2]).lower()
         except (TypeError, KeyError, IndexError):
