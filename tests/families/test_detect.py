@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("model,family", [
     ("yolo_digits", "detect"), ("detect", "detect"), ("detect:my_det.py:make", "detect"),
     ("yolov8n.yaml", "detect"), ("yolo11n.yaml", "detect"), ("resnet18", "cnn"),
-    ("my_net.py:make", "cnn"), ("minilm", "encoder")])
+    ("my_net.py:make", "cnn"), ("minilm", "encoder"), ("yolo11n-cls.yaml", "cnn")])
 def test_models_route_to_their_family(model: str, family: str) -> None:
     assert families.of_model(model).name == family
 

@@ -93,9 +93,11 @@ def test_task_heads_keep_their_final_convs_float() -> None:
     assert head_float_layers(_model("yolo11n-cls.yaml")) == ()
 
 
-def test_task_models_are_refused_for_training_and_classifiers_by_the_command_line() -> None:
+def test_task_models_are_refused_for_training_and_classifiers_by_the_detector_builder(
+        ) -> None:
     """The detection data has no masks, keypoints or angles: a task model's loss is refused
-    in one line; the command line's detector builder refuses a classifier yaml."""
+    in one line; the detector builder refuses a classifier yaml (the CNN family's, see
+    test_ultralytics_classifier.py)."""
     from trtqat.errors import TrtqatError
     from trtqat.families.detect.ultralytics import UltralyticsLoss, build_yolo
 
@@ -179,3 +181,53 @@ def test_segmentation_model_through_the_command_line(tmp_path: Path) -> None:
     assert len(files) == 1, files
     graph = onnx.load(str(files[0])).graph
     assert [o.name for o in graph.output] == ["output0", "output1"]
+
+
+def test_task_heads_record_their_layout_and_are_scored_by_their_boxes() -> None:
+    """A pose file records its head, class count and keypoint shape (what the engine
+    builders' detection check splits the channels by); the checkpoint's yaml gives the same
+    head; compare's mAP of a pose output reads its box and class channels alone (box mAP),
+    not its keypoints as 51 more classes."""
+    from trtqat import families
+    from trtqat.families.detect.heads import head_of, head_of_record
+
+    model = _model("yolo11n-pose.yaml")
+    family = families.of_module(model)
+    plan = family.module_plan(model, torch.rand(2, 3, 64, 64))
+    meta = {k: v for k, v in plan.metadata.items() if k != "trtqat.skip_layers"}
+    assert meta == {"trtqat.head": "pose", "trtqat.classes": "3", "trtqat.keypoints": "17,3"}
+    head = head_of(model)
+    assert head_of_record({"yaml": model.yaml}, 3) == head
+    out = _pose_outputs(np.random.default_rng(0))  # one class, 12 confident anchors
+    x1, y1 = out[0, 0, :12] - out[0, 2, :12] / 2, out[0, 1, :12] - out[0, 3, :12] / 2
+    target = np.stack([np.zeros(12), x1, y1, x1 + out[0, 2, :12], y1 + out[0, 3, :12]], 1)
+    targets = np.empty(1, dtype=object)
+    targets[0] = target
+    boxes = family.metric(out, targets, head=head_of_record({"yaml": model.yaml}, 1))
+    assert boxes["map50"] == pytest.approx(100.0)
+    assert family.metric(out, targets)["map50"] < 50.0  # keypoints read as class scores
+
+
+def test_compare_reads_the_head_of_an_explicit_onnx_file(tmp_path: Path) -> None:
+    """``trtqat compare --onnx pose.onnx`` (no checkpoint): the head and class count come
+    from the file's metadata; a file without them is a plain detector's."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from trtqat.families.detect.compare_data import _head
+    from trtqat.families.detect.heads import Head
+    from trtqat.families.types import Variant
+
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 56, 8])
+    y = helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 56, 8])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["images"], ["output0"])], "g", [x], [y]))
+    path = tmp_path / "plain.onnx"
+    onnx.save(model, str(path))
+    variant = Variant("pose", "int8", None, onnx=path)
+    assert _head([variant]) == Head()
+    for key, value in (("trtqat.head", "pose"), ("trtqat.classes", "1"),
+                       ("trtqat.keypoints", "17,3")):
+        model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
+    onnx.save(model, str(path))
+    assert _head([variant]) == Head("pose", 1, (17, 3))

@@ -16,7 +16,7 @@ import onnx
 
 from trtqat.arrays import row_cosines
 from trtqat.engines.detect_agreement import agreement as detection_agreement
-from trtqat.engines.detect_agreement import is_detection
+from trtqat.engines.detect_agreement import is_detection, layout_of
 from trtqat.engines.errors import EngineBuildError
 from trtqat.engines.onnx_io import ort_disabled_optimizers
 from trtqat.engines.ort_check import check_metric
@@ -262,11 +262,12 @@ def check_agreement(reference_model: onnx.ModelProto, candidate_model: onnx.Mode
     if metric == "top1" and is_detection(reference_model):
         metric = "detection"  # a detector's head has no top-1
     detector = metric == "detection"
+    layout = layout_of(reference_model) if detector else None  # which channels are scores
     for r, c in zip(ref, cand):
         r2, c2 = r.reshape(-1, r.shape[-1]), c.reshape(-1, c.shape[-1])
         rows += r2.shape[0]
         if detector:  # confident anchors: same class, overlapping box
-            agree, confident = detection_agreement(r, c)
+            agree, confident = detection_agreement(r, c, layout)
             same, total = same + agree, total + confident
         else:
             decisive = decisive_rows(r2, c2)

@@ -101,6 +101,7 @@ class EvalData:
     export: Callable[[Variant, Path, bool], None]  # (variant, onnx path, validate)
     info: dict[str, Any] = field(default_factory=dict)
     output: str | None = None                # the output scored (None: the first)
+    metric_args: dict[str, Any] = field(default_factory=dict)  # family.metric(..., **these)
 
 
 

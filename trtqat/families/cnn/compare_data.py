@@ -48,11 +48,16 @@ def image_data(family, variants: list[Variant], settings: dict[str, Any], cfg) -
 
         from trtqat.export import export_onnx
         from trtqat.export.onnx_export import image_plan
+        from trtqat.families.cnn.ultralytics_cls import export_mode
 
         model = family.load_variant(variant)
+        export_mode(model)  # as `trtqat export` writes it
         validation = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in val]
         plan = image_plan(torch.from_numpy(val[0][0][:2]), dynamic_batch=True,
                           validation_data=validation)
+        own = (getattr(model, "input_names", None), getattr(model, "output_names", None))
+        if all(own):  # the model's own names, as `trtqat export` writes them (Ultralytics')
+            plan.input_names, plan.output_names = list(own[0]), list(own[1])
         export_onnx(model, family.stamp_plan(plan), path, variant=variant.export_variant,
                     validate=validate)
 

@@ -19,8 +19,10 @@ def image_export(family, model: nn.Module, ckpt: dict[str, Any], options: Export
     """The export of an image classifier: example images of the checkpoint's size, the
     validation split of its data, ``--skip-layers`` left in float."""
     from trtqat.families.cnn.data_sources import make_preprocess
+    from trtqat.families.cnn.ultralytics_cls import export_mode
 
     spec = ckpt["model"]
+    export_mode(model)  # an Ultralytics classifier's output0: its probabilities
     if options.skip_layers:
         from trtqat.quant.model_ops import disable_layers
 

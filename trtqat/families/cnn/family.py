@@ -29,16 +29,20 @@ class CNNFamily(ModelFamily):
 
     name = "cnn"
     task = "classification"
-    summary = "image classifiers: torchvision or timm names, or path/to/file.py:factory"
+    summary = ("image classifiers: torchvision or timm names, path/to/file.py:factory, or an "
+               "Ultralytics classifier .yaml/.pt")
 
     def claims_model(self, model: str) -> bool:
-        """Every model name no earlier family claims, and ``path/to/file.py:factory``; not
-        another path (``families.of_model`` then lists what ``--model`` takes)."""
+        """Every model name no earlier family claims, ``path/to/file.py:factory`` and an
+        Ultralytics classifier's ``.yaml``/``.pt``; not another path (``families.of_model``
+        then lists what ``--model`` takes)."""
         from trtqat.families.cnn.model_source import FILE_SOURCE
+        from trtqat.families.cnn.ultralytics_cls import is_classifier
         from trtqat.families.model_paths import is_path_like
 
         return (not is_path_like(model) or model.startswith("timm:")
-                or FILE_SOURCE.match(model) is not None or model.endswith(".py"))
+                or FILE_SOURCE.match(model) is not None or model.endswith(".py")
+                or is_classifier(model))
 
     def claims_module(self, model: nn.Module) -> bool:
         """Every in-memory model no earlier family claims."""
@@ -52,11 +56,14 @@ class CNNFamily(ModelFamily):
 
     # ---- models: every stage builds, loads and quantizes through these ------------------
     def build(self, model: str, num_classes: int | None = None, **options: Any) -> nn.Module:
-        """A float model from a torchvision/timm name or ``file.py:factory`` (option
-        ``expected_sha256``: the model file's recorded digest, when rebuilding a checkpoint)."""
+        """A float model from a torchvision/timm name, ``file.py:factory`` or an Ultralytics
+        classifier (options: ``expected_sha256``, the model file's recorded digest, and
+        ``record``, the checkpoint's ``model.source``, when rebuilding a checkpoint;
+        ``channels``: the input's)."""
         from trtqat.families.cnn.model_source import build
 
-        return build(model, num_classes, expected_sha256=options.get("expected_sha256"))
+        return build(model, num_classes, expected_sha256=options.get("expected_sha256"),
+                     record=options.get("record"), channels=options.get("channels"))
 
     def arch(self, model: str) -> str:
         """The short, file-name-safe name a checkpoint records for ``--model``."""
@@ -80,7 +87,8 @@ class CNNFamily(ModelFamily):
         source = source_of(spec)
         expected = recorded_sha256(source, spec.get("source") or {})
         return restore(self, self.build(source, int(spec["num_classes"]),
-                                        expected_sha256=expected), ckpt, quantized)
+                                        expected_sha256=expected, record=spec.get("source")),
+                       ckpt, quantized)
 
     def quantize(self, model: nn.Module, skip_layers: Sequence[str] = (),
                  placement: str | None = None) -> nn.Module:
@@ -189,7 +197,9 @@ class CNNFamily(ModelFamily):
                       ) -> ExportInputs:
         """Random images of ``spec["input_size"]`` (h, w) and ``channels`` (default: the
         checkpoint's ``image_size``, 3), ``batch`` rows (2 when dynamic); ``spec["dynamic"]``
-        names the dynamic axes (batch, height, width)."""
+        names the dynamic axes (batch, height, width). Names: ``input``/``output`` (tuple
+        outputs by position, dict outputs by key) unless the model sets ``input_names``/
+        ``output_names`` (an Ultralytics classifier: ``images``/``output0``)."""
         from trtqat.export.onnx_export import make_example_inputs
 
         size = spec.get("input_size") or spec.get("image_size") or 32
@@ -197,7 +207,7 @@ class CNNFamily(ModelFamily):
         axes = tuple(spec.get("dynamic", ("batch",) if batch is None else ()))
         where = {"batch": 0, "height": 2, "width": 3}
         dims = {where[a]: a for a in axes if a in where}
-        names = ["output"]
+        names, ins = ["output"], ["input"]
         if model is not None:  # several outputs (tuple, list, dict): each exported by name
             import torch
 
@@ -207,8 +217,11 @@ class CNNFamily(ModelFamily):
             with torch.no_grad():
                 names = [n for n, _ in flatten(model.eval()(images))]
             model.train(was)
-        return ExportInputs((images,), ["input"], names,
-                            {"input": dims, **{n: {0: "batch"} for n in names if 0 in dims}})
+            own = getattr(model, "output_names", None)  # the model's own names (Ultralytics')
+            names = list(own) if own and len(own) == len(names) else names
+            ins = list(getattr(model, "input_names", None) or ins)[:1]
+        return ExportInputs((images,), ins, names,
+                            {ins[0]: dims, **{n: {0: "batch"} for n in names if 0 in dims}})
 
     def export_check(self, variant: str, reference: Sequence[Any], candidate: Sequence[Any],
                      context: CheckContext | None = None) -> list[Check]:

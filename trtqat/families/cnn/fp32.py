@@ -96,8 +96,10 @@ def build_float_model(family: Any, source: str, num_classes: int, weights: str |
                       **geometry: Any) -> tuple[nn.Module, dict[str, Any]]:
     """The float model to train (``family.build``, given the input ``geometry``:
     ``image_size``, ``channels``) and the record of where it came from."""
+    from trtqat.families.cnn.ultralytics_cls import record
+
     model = family.build(source, num_classes, **geometry)
-    info = family.origin(source)
+    info = {**family.origin(source), **record(model)}  # an Ultralytics classifier's yaml
     if weights:
         info.update(load_weights(model, source, weights, new_head=True))
     return model, info

@@ -1,4 +1,5 @@
-"""Models from anywhere: a torchvision name, a timm name, or ``path/to/file.py:factory``.
+"""Models from anywhere: a torchvision name, a timm name, ``path/to/file.py:factory``, or
+an Ultralytics classifier's ``.yaml``/``.pt`` (:mod:`.ultralytics_cls`).
 
 ``build(source, num_classes, quantized)`` gives the ``nn.Module``; ``load_weights`` fills it
 from a plain ``state_dict`` file, a full checkpoint file (a dict holding ``state_dict``,
@@ -44,9 +45,14 @@ _QUANTIZER_KEY = re.compile(r"(^|\.)\w*_quantizers?(_\d+)?\.")  # a quantizer's 
 
 # --------------------------------------------------------------------------- sources
 def kind_of(source: str) -> str:
-    """``file``, ``timm`` or ``torchvision`` (:class:`ModelSourceError` for unknown names)."""
+    """``file``, ``timm``, ``torchvision`` or ``ultralytics`` (:class:`ModelSourceError` for
+    unknown names)."""
+    from trtqat.families.cnn import ultralytics_cls
+
     if FILE_SOURCE.match(source):
         return "file"
+    if ultralytics_cls.is_classifier(source):
+        return ultralytics_cls.KIND
     if source.endswith(".py"):
         raise ModelSourceError(f"--model {source}: name the factory function too, as "
                                f"{source}:make_model (a function returning an nn.Module)")
@@ -75,6 +81,8 @@ def arch_name(source: str) -> str:
     m = FILE_SOURCE.match(source)
     if m:
         return f"{Path(m['file']).stem}.{m['factory']}"
+    if Path(source).suffix.lower() in (".yaml", ".yml", ".pt"):
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source).stem)  # yolo11n-cls
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", source.removeprefix("timm:"))
 
 
@@ -138,20 +146,27 @@ def _build_file(source: str, num_classes: int | None, expected_sha256: str | Non
 
 
 def build(source: str, num_classes: int | None = None, quantized: bool = False,
-          expected_sha256: str | None = None) -> nn.Module:
+          expected_sha256: str | None = None, record: dict[str, Any] | None = None,
+          channels: int | None = None) -> nn.Module:
     """The model ``source`` names, randomly initialised, float or fake-quantized.
 
     ``num_classes=None`` keeps the model's own head (1000 for torchvision/timm, whatever a
     factory builds); a factory gets ``num_classes=`` only if it takes that argument.
     ``expected_sha256``: a model file's recorded digest (:func:`recorded_sha256`); the bytes
-    that would be executed are refused when they differ.
+    that would be executed are refused when they differ. ``record``: a checkpoint's
+    ``model.source`` (an Ultralytics classifier's yaml builds it); ``channels``: the input
+    channels of a model built from a yaml.
     """
+    from trtqat.families.cnn import ultralytics_cls
     from trtqat.families.cnn.models import QUANT_DESC_INPUT, build_model
 
-    kind = kind_of(source)
+    record = record or {}
+    kind = ultralytics_cls.KIND if record.get("kind") == ultralytics_cls.KIND else kind_of(source)
     if kind == "torchvision":
         return build_model(source, num_classes or 1000, quantized=quantized)
-    if kind == "timm":
+    if kind == ultralytics_cls.KIND:
+        model = ultralytics_cls.build(source, num_classes, record.get("yaml"), channels)
+    elif kind == "timm":
         kwargs = {"num_classes": num_classes} if num_classes else {}
         model = _timm().create_model(source.removeprefix("timm:"), pretrained=False, **kwargs)
     else:
@@ -300,8 +315,12 @@ def load_weights(model: nn.Module, source: str, weights: str, new_head: bool = F
 def describe(source: str) -> dict[str, Any]:
     """``{"model", "kind"[, "file", "file_sha256"]}``: enough to rebuild the model (the
     digest of the bytes that were executed, when the file was imported already)."""
+    from trtqat.families.cnn import ultralytics_cls
+
     kind = kind_of(source)
     info: dict[str, Any] = {"model": source, "kind": kind}
+    if kind == ultralytics_cls.KIND:
+        return ultralytics_cls.describe(source)
     if kind == "file":
         path = Path(FILE_SOURCE.match(source)["file"]).resolve()
         info.update(model=f"{path}:{FILE_SOURCE.match(source)['factory']}", file=str(path),
@@ -318,7 +337,8 @@ def source_of(spec: dict[str, Any]) -> str:
     (:func:`trtqat.runopts.trusting_model_files`)."""
     rec = spec.get("source") or {}
     # a torchvision arch is its own source; timm and file sources have a short arch
-    source = rec.get("model") if rec.get("kind") in ("file", "timm") else spec["arch"]
+    own = ("file", "timm", "ultralytics")
+    source = rec.get("model") if rec.get("kind") in own else spec["arch"]
     recorded_sha256(str(source), rec)
     return str(source)
 

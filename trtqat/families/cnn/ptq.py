@@ -68,7 +68,7 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
         if src is not None:
             model = family.load(src, quantized=True)
         else:
-            model, spec = _start_from_float(family, cfg, prep)
+            model, spec = _start_from_float(family, cfg, prep, batches.classes)
         spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
         which = cfg.metric_output or spec.get("metric_output")
         model.register_forward_hook(scoring(which))  # several outputs: the one scored
@@ -133,15 +133,22 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
         return StageResult("calibrate", str(st.out), record, best=val["top1"])
 
 
-def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any
-                      ) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any,
+                      data_classes: int | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
     """A fake-quantized (uncalibrated) model holding the float weights of ``cfg.model``, and
-    its checkpoint ``model`` spec (the class count read from the output when not given)."""
+    its checkpoint ``model`` spec (the class count read from the output when not given; an
+    Ultralytics classifier's head is built for the data's ``data_classes``)."""
+    from trtqat.families.cnn import ultralytics_cls
     from trtqat.families.cnn.model_source import load_weights, output_classes
 
-    model = family.build(cfg.model, cfg.num_classes, image_size=prep.image_size,
+    classes = cfg.num_classes
+    if classes is None and data_classes and ultralytics_cls.is_classifier(cfg.model):
+        classes = data_classes
+        log.warning("NOTE %s: its Classify head is built for the data's %d classes "
+                    "(--num-classes N sets another count)", cfg.model, classes)
+    model = family.build(cfg.model, classes, image_size=prep.image_size,
                          channels=prep.channels)
-    info = family.origin(cfg.model)
+    info = {**family.origin(cfg.model), **ultralytics_cls.record(model)}
     if cfg.weights:
         info.update(load_weights(model, cfg.model, cfg.weights))
     classes = output_classes(model, prep.channels, prep.size, cfg.metric_output)

@@ -1,5 +1,7 @@
 """What ``trtqat compare`` (and ``demo``) scores a detector on: the validation split of the
-runs' detection data, by COCO mAP (``map`` = mAP@[.5:.95], ``map50``)."""
+runs' detection data, by COCO mAP (``map`` = mAP@[.5:.95], ``map50``). An Ultralytics
+segment, pose or OBB model is scored by the mAP of its boxes (box and class channels; the
+detection data has no masks, keypoints or angles to score the rest against)."""
 
 from __future__ import annotations
 
@@ -42,12 +44,38 @@ def detection_data(family: Any, variants: list[Variant], settings: dict[str, Any
         exporters[key].export(path, variant.export_variant, validate=validate)
 
     sample = tuple(images.shape[1:])
+    head = _head(variants)
     return EvalData(
         [x for x, _ in scored], targets, calib, lambda b: np.ascontiguousarray(images[:b]),
         (sample, sample), "map", export,
         {"data": data, "image_size": size, "val_images": len(images),
          "boxes": int(sum(len(t) for t in targets)), "num_classes": len(classes),
-         "calib_batches": len(calib)})
+         "calib_batches": len(calib),
+         **({"head": head.task, "map_of": "boxes"} if head.task != "detect" else {})},
+        metric_args={"head": head})
+
+
+def _head(variants: list[Variant]) -> Any:
+    """The head the runs' checkpoints record (its class count: an Ultralytics segment,
+    pose or OBB head's output0 holds more channels after the class scores), else the one
+    an explicit ONNX file's metadata records; a plain ``detect`` head where none does."""
+    from trtqat.families.detect.heads import Head, head_of_record
+    from trtqat.runs.checkpoint import load_checkpoint
+
+    for variant in variants:
+        if variant.checkpoint is not None:
+            spec = load_checkpoint(variant.checkpoint)["model"]
+            return head_of_record(spec.get("source"), int(spec["num_classes"]))
+    for variant in variants:
+        if variant.onnx is not None and Path(variant.onnx).is_file():
+            import onnx
+
+            from trtqat.engines.detect_agreement import layout_of
+
+            layout = layout_of(onnx.load(str(variant.onnx), load_external_data=False))
+            if layout.classes is not None:
+                return Head(layout.head, layout.classes, layout.keypoints)
+    return Head()
 
 
 def _exporter(family: Any, variant: Variant, scored: list) -> Any:

@@ -83,7 +83,8 @@ def detector_export(family: Any, model: nn.Module, ckpt: dict[str, Any],
 def head_plan(plan: Any, model: nn.Module) -> Any:
     """``plan`` checked as what ``model``'s head outputs (:func:`detection_checks` of its
     :class:`~.heads.Head`; an Ultralytics classifier's top-1 agreement), the head's task
-    in the file's metadata (``trtqat.head``) for an Ultralytics model."""
+    in the file's metadata (``trtqat.head``, ``trtqat.classes``, ``trtqat.keypoints``:
+    :meth:`~.heads.Head.metadata`) for an Ultralytics model."""
     from functools import partial
 
     from trtqat.export.checks import classifier_checks
@@ -92,8 +93,8 @@ def head_plan(plan: Any, model: nn.Module) -> Any:
     head = head_of(model)
     plan.checks = (classifier_checks if head.task == "classify"
                    else partial(detection_checks, head=head))
-    if head_task(model) is not None:
-        plan.metadata = {**plan.metadata, "trtqat.head": head.task}
+    if head_task(model) is not None:  # the engine builders' check reads it
+        plan.metadata = {**plan.metadata, **head.metadata()}
     return plan
 
 

@@ -155,12 +155,15 @@ class DetectFamily(ModelFamily):
         return f"{text}; run folder {result.out}"
 
     # ---- export, compare, sensitivity ---------------------------------------------------
-    def metric(self, outputs: Any, targets: Any) -> dict[str, float]:
+    def metric(self, outputs: Any, targets: Any, head: Any = None) -> dict[str, float]:
         """COCO ``map`` (mAP@[.5:.95]) and ``map50`` in percent, from raw outputs and
-        per-image targets."""
+        per-image targets; ``head`` (:class:`.heads.Head`, what compare's data records): its
+        box and class channels alone (box mAP of a segment, pose or OBB head)."""
+        from trtqat.families.detect.heads import detections
         from trtqat.families.detect.metrics import detection_metric
 
-        return detection_metric(outputs, targets)
+        return detection_metric(outputs if head is None else detections(outputs, head),
+                                targets)
 
     def export_inputs(self, model: nn.Module, spec: dict[str, Any], batch: int | None
                       ) -> ExportInputs:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from trtqat.engines.detect_agreement import CLASSES_KEY, HEAD_KEY, KEYPOINTS_KEY
 from trtqat.quant.plugins.ultralytics import head_task
 
 Part = tuple[str, "slice | np.ndarray", str]  # label, channel index along axis 1, unit
@@ -46,6 +47,18 @@ class Head:
     def score_stop(self, channels: int) -> int:
         """The channel after the last class score."""
         return channels if self.classes is None else 4 + self.classes
+
+    def metadata(self) -> dict[str, str]:
+        """What an exported file records of the head (``trtqat.head``, ``trtqat.classes``,
+        a pose head's ``trtqat.keypoints`` ``K,D``): the engine builders' detection check
+        reads only the class channels as class scores
+        (:mod:`trtqat.engines.detect_agreement`)."""
+        meta = {HEAD_KEY: self.task}
+        if self.classes is not None:
+            meta[CLASSES_KEY] = str(self.classes)
+        if self.task == "pose" and self.keypoints[0]:
+            meta[KEYPOINTS_KEY] = f"{self.keypoints[0]},{self.keypoints[1] or 2}"
+        return meta
 
     def parts(self, channels: int) -> list[Part]:
         """The parts of ``output0`` (``channels`` along axis 1), each checked on its own
@@ -76,6 +89,20 @@ def head_of(model: nn.Module) -> Head:
         return Head(task, int(head.linear.out_features))
     kpts = getattr(head, "kpt_shape", None) if task == "pose" else None
     return Head(task, int(head.nc), tuple(int(k) for k in kpts) if kpts else (0, 0))
+
+
+def head_of_record(source: dict[str, Any] | None, num_classes: int | None) -> Head:
+    """The :class:`Head` of a checkpoint's model record (its Ultralytics yaml, when it has
+    one: the task of the yaml's last layer, its ``kpt_shape``), without building it."""
+    yaml = (source or {}).get("yaml")
+    try:
+        name = str(yaml["head"][-1][2])
+    except (TypeError, KeyError, IndexError):
+        return Head()
+    task = {"Segment": "segment", "Pose": "pose", "OBB": "obb"}.get(name.removeprefix("YOLOE"),
+                                                                     "detect")
+    kpts = tuple(int(k) for k in yaml.get("kpt_shape") or (17, 3)) if task == "pose" else (0, 0)
+    return Head(task, num_classes, kpts)  # type: ignore[arg-type]
 
 
 def export_mode(model: nn.Module) -> None:

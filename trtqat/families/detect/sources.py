@@ -11,7 +11,8 @@
   ``input_names``/``output_names`` (the ONNX names);
 * an Ultralytics YOLO model (v8, 11, ...): a model ``.yaml`` (``yolov8n.yaml``,
   ``yolo11n.yaml``: Ultralytics' own or a file) or local ``.pt`` weights; needs
-  ``pip install 'trtqat[ultralytics]'`` (:mod:`.ultralytics`).
+  ``pip install 'trtqat[ultralytics]'`` (:mod:`.ultralytics`). An Ultralytics classifier
+  (``yolo11n-cls.yaml``) is an image classifier: the CNN family's.
 """
 
 from __future__ import annotations
@@ -42,13 +43,10 @@ def kind_of(model: str) -> str | None:
         return "builtin"
     if model.startswith(PREFIX):
         return "file"
-    from trtqat.families.detect.ultralytics_files import is_ultralytics_pt, is_ultralytics_yaml
+    from trtqat.families.ultralytics_files import ultralytics_task
 
-    suffix = Path(model).suffix.lower()
-    if (suffix in (".yaml", ".yml") and is_ultralytics_yaml(model)) or (
-            suffix == ".pt" and is_ultralytics_pt(model)):
-        return "ultralytics"
-    return None
+    task = ultralytics_task(model)  # a classifier is the CNN family's (an image classifier)
+    return "ultralytics" if task is not None and task != "classify" else None
 
 
 def arch_name(model: str) -> str:

@@ -85,10 +85,10 @@ def _task_model(tasks: Any, cfg: Any) -> Any:
                "pose": tasks.PoseModel, "obb": tasks.OBBModel}
     if task not in classes:
         name = cfg if isinstance(cfg, (str, Path)) else (cfg or {}).get("yaml_file", "the yaml")
-        raise UltralyticsModelError(f"--model {name} is an Ultralytics {task} model: trtqat's "
-                                    "command line builds detection, segmentation, pose and OBB "
-                                    "models (a classifier goes through trtqat.quantize and "
-                                    "trtqat.export_onnx in Python)")
+        raise UltralyticsModelError(f"--model {name} is an Ultralytics {task} model: the "
+                                    "detection family builds detection, segmentation, pose and "
+                                    "OBB models (a classifier is an image classifier: trtqat "
+                                    "calibrate --model builds it as one)")
     return classes[task]
 
 
@@ -127,13 +127,11 @@ def build_yolo(source: str, num_classes: int | None, yaml: dict[str, Any] | None
 def check_trusted(source: str) -> None:
     """Refuse an Ultralytics ``.pt`` unless ``--trust-model-file``: Ultralytics unpickles it,
     and unpickling runs whatever code the file carries."""
-    from trtqat.runopts import model_files_trusted
+    from trtqat.families.ultralytics_files import untrusted_pt
 
-    if not model_files_trusted():
-        raise UltralyticsModelError(
-            f"--model {source}: an Ultralytics .pt is a pickle, and loading it runs any code "
-            "it carries; pass --trust-model-file if you trust where the file came from (Python: "
-            "with trtqat.runopts.trusting_model_files(): ...), or start from its model .yaml")
+    refused = untrusted_pt(source)
+    if refused:
+        raise UltralyticsModelError(refused)
 
 
 def yaml_of(model: nn.Module) -> dict[str, Any] | None:

@@ -180,7 +180,7 @@ def score(runner, data: EvalData, names: list[str], family, source: Path,
         raise CompareError(f"the engine returns {got.shape} outputs for {data.targets.shape} "
                            "expected: is it an export of this model?")
     return {k: (None if isinstance(v, float) and not np.isfinite(v) else float(v))
-            for k, v in family.metric(got, data.targets).items()}
+            for k, v in family.metric(got, data.targets, **data.metric_args).items()}
 
 
 def node_counts(engine) -> dict[str, int]:
