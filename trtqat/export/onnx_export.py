@@ -50,6 +50,7 @@ from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.outputs import flatten
 from trtqat.progress import progress as progress_of
 from trtqat.quant.model_ops import disable_layers, quantizers
+from trtqat.quant.own_forward import fold_effective_weights
 from trtqat.variants import MIN_OPSET, VARIANTS
 from trtqat.variants import variant as variant_row
 
@@ -224,6 +225,9 @@ class Exporter:
 
     def _trace(self, reference: nn.Module) -> tuple[onnx.ModelProto, nn.Module]:
         plan = self.plan
+        # own-forward layers (weight standardisation): their weight a constant, so the graph
+        # has DQ(Q(W_eff)) and no float ops computing it
+        fold_effective_weights(reference, lambda m: m(*self.inputs))
         traced = (fold_batchnorm(reference, example_inputs=self.inputs, notes=self.fold_notes)
                   if plan.fold_bn else reference)
         with torch.no_grad():
