@@ -170,6 +170,9 @@ USER = {"user_se": UserSE, "user_groupnorm": UserGroupNorm,
         "user_mha": UserMHA}
 TIMM = ("resnet18d", "efficientnet_lite0", "mobilenetv3_small_100", "convnext_atto",
         "vit_tiny_patch16_224")
+# issue 34: a Conv2d subclass with its own forward (ScaledStdConv2d), and a model in its
+# training form with timm's reparameterize() (RepVGG)
+TIMM_SUBCLASS = ("nf_regnet_b0", "repvgg_a0")
 FIXED_SIZE = {"vit_tiny_patch16_224": 224}  # timm's ViT at its own size
 # torchvision models whose adaptive pooling needs more than --size: VGG's 7 x 7 pool from a
 # smaller map is an upsampling GatherND (left in float), at 224 it is the identity
@@ -181,7 +184,7 @@ def builder(name: str, size: int) -> Callable[[], nn.Module]:
     torchvision's ViTs are built for ``size``."""
     if name in USER:
         return USER[name]
-    if name in TIMM:
+    if name in TIMM or name in TIMM_SUBCLASS:
         import timm
 
         return lambda: timm.create_model(name, pretrained=False, num_classes=10)
@@ -192,7 +195,7 @@ def builder(name: str, size: int) -> Callable[[], nn.Module]:
 
 
 def all_models() -> list[str]:
-    return [*TIMM, *USER, *ZOO.values()]
+    return [*TIMM, *TIMM_SUBCLASS, *USER, *ZOO.values()]
 
 
 # ---------------------------------------------------------------- one model
@@ -314,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="all",
                         help="comma-separated names (timm, user_*, torchvision) or 'all', "
-                             "'timm', 'user', 'zoo'")
+                             "'timm', 'user', 'zoo', 'subclass'")
     parser.add_argument("--size", type=int, default=64,
                         help="image size (models with a fixed size use theirs)")
     parser.add_argument("--threads", type=int, default=1)
@@ -324,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traceback", action="store_true", help="print failures' tracebacks")
     args = parser.parse_args(argv)
     groups = {"all": all_models(), "timm": list(TIMM), "user": list(USER),
+              "subclass": list(TIMM_SUBCLASS),
               "zoo": list(ZOO.values())}
     names = [n for item in args.models.split(",") for n in groups.get(item, [item])]
     torch.set_num_threads(args.threads)

@@ -226,3 +226,12 @@ def test_int8_export_refuses_the_training_form(tmp_path):
     assert "\n" not in message and "timm.utils.reparameterize_model" in message
     assert message.startswith("2 module(s)") and "(e.g. 1 (RepBlock))" in message
     assert not list(tmp_path.iterdir())
+
+
+def test_graph_1_checkpoints_keep_the_earlier_rules():
+    from trtqat.families.cnn.models import quantize_classifier
+
+    model = nn.Sequential(_rep_net(), _net())
+    quantize_classifier(model, placement="graph-1")  # as a graph-1 checkpoint is rebuilt
+    assert model[0][1].reparam is None and type(model[1][0]) is WSConv
+    assert isinstance(model[0][1].conv3[0], QuantConv2d)
