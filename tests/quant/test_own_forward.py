@@ -115,17 +115,25 @@ def test_own_forward_off_and_float_module_list_keep_layers_float(caplog):
     assert isinstance(model[0][6], QuantOwnForward)
 
 
-def test_timm_weight_standardised_convs_are_quantized():
+def test_timm_weight_standardised_convs_are_quantized(tmp_path):
     layers = pytest.importorskip("timm.layers")
+    torch.manual_seed(0)
     model = nn.Sequential(layers.ScaledStdConv2d(3, 4, 3), layers.StdConv2dSame(4, 4, 3),
-                          layers.ScaledStdConv2dSame(4, 4, 3, stride=2)).eval()
+                          layers.ScaledStdConv2dSame(4, 4, 3, stride=2),
+                          layers.Conv2dSame(4, 4, 3), nn.BatchNorm2d(4)).eval()
+    model[4].running_var.fill_(4.0)
     x = torch.randn(2, 3, 9, 9)
     want = model(x)
     trtqat.quantize(model, forward_loop=[x])
     assert all(isinstance(m, QuantOwnForward) and m.weight_quantizer.amax is not None
-               for m in model)
+               for m in model[:4])
     got = model(x)
-    assert got.shape == want.shape and torch.allclose(got, want, atol=0.15 * float(want.abs().max()))
+    assert got.shape == want.shape and torch.allclose(got, want,
+                                                      atol=0.15 * float(want.abs().max()))
+    result = trtqat.export_onnx(model, x, tmp_path / "timm.onnx", "int8")
+    assert result.passed and not result.notes, result.lines()  # the BatchNorm folded too
+    ops = {n.op_type for n in onnx.load(tmp_path / "timm.onnx").graph.node}
+    assert "BatchNormalization" not in ops and "Sqrt" not in ops
 
 
 class RepBlock(nn.Module):

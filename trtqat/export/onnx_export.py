@@ -225,11 +225,11 @@ class Exporter:
 
     def _trace(self, reference: nn.Module) -> tuple[onnx.ModelProto, nn.Module]:
         plan = self.plan
-        # own-forward layers (weight standardisation): their weight a constant, so the graph
-        # has DQ(Q(W_eff)) and no float ops computing it
-        fold_effective_weights(reference, lambda m: m(*self.inputs))
         traced = (fold_batchnorm(reference, example_inputs=self.inputs, notes=self.fold_notes)
                   if plan.fold_bn else reference)
+        # own-forward layers (weight standardisation): their weight a constant, so the graph
+        # has DQ(Q(W_eff)) and no float ops computing it (after BN folding, which changes it)
+        fold_effective_weights(traced, lambda m: m(*self.inputs))
         with torch.no_grad():
             sample = [n for n, _ in flatten(traced(*self.inputs))]
         check_io_names(plan.input_names, plan.output_names, len(self.inputs), sample)
