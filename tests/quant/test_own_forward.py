@@ -243,3 +243,35 @@ def test_graph_1_checkpoints_keep_the_earlier_rules():
     quantize_classifier(model, placement="graph-1")  # as a graph-1 checkpoint is rebuilt
     assert model[0][1].reparam is None and type(model[1][0]) is WSConv
     assert isinstance(model[0][1].conv3[0], QuantConv2d)
+
+
+def test_checkpoints_reparameterize_with_their_own_statistics():
+    from trtqat import families
+    from trtqat.families.cnn.family import restore
+    from trtqat.quant.model_ops import disable_quantization
+    from trtqat.quant.placement import PLACEMENT_VERSION
+
+    cnn = families.get("cnn")
+    trained, x = _rep_net(), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        want = trained(x)
+    spec = {"arch": "rep", "num_classes": 3}
+    fresh = nn.Sequential(*[copy.deepcopy(m) for m in trained])
+    for m in fresh.modules():  # a freshly built model: default BatchNorm statistics
+        if isinstance(m, nn.BatchNorm2d):
+            m.reset_running_stats()
+    # PTQ from an FP32 checkpoint: its weights first, then fused with its statistics
+    model = restore(cnn, copy.deepcopy(fresh), {"model": spec, "state_dict":
+                                                trained.state_dict()}, quantized=True)
+    assert isinstance(model[1].reparam, QuantConv2d)
+    disable_quantization(model)
+    with torch.no_grad():
+        assert torch.allclose(model(x), want, atol=1e-5)
+    # the quantized checkpoint loads back quantized, and as float (re-parameterized)
+    ckpt = {"model": {**spec, "quantized": True, "placement": PLACEMENT_VERSION},
+            "state_dict": model.state_dict()}
+    for quantized in (True, False):
+        again = restore(cnn, copy.deepcopy(fresh), ckpt, quantized=quantized).eval()
+        disable_quantization(again)
+        with torch.no_grad():
+            assert torch.allclose(again(x), want, atol=1e-5)
