@@ -275,3 +275,31 @@ def test_checkpoints_reparameterize_with_their_own_statistics():
         disable_quantization(again)
         with torch.no_grad():
             assert torch.allclose(again(x), want, atol=1e-5)
+
+
+class HalfConv1d(nn.Conv1d):
+    def forward(self, x):
+        return F.conv1d(x, self.weight * 0.5, self.bias, self.stride, self.padding)
+
+
+class HalfConvT2d(nn.ConvTranspose2d):
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.weight * 0.5, self.bias, self.stride)
+
+
+@pytest.mark.parametrize("layer, x", [
+    (HalfConv1d(3, 5, 3), torch.randn(2, 3, 8)),
+    (HalfConvT2d(3, 5, 2, stride=2), torch.randn(2, 3, 4, 4)),
+    (ScaledLinear(3, 5), torch.randn(2, 3))])
+def test_every_weighted_layer_kind_gets_its_own_weight_axis(layer, x):
+    want_amax = (layer.weight.detach() * (0.5 if not isinstance(layer, ScaledLinear) else 2.0))
+    q = QuantOwnForward.from_float(layer)  # the generic entry: the layer's own kind decides
+    assert q is layer and isinstance(q, QuantOwnForward)
+    q.weight_quantizer.enable_calib()
+    q.weight_quantizer.disable_quant()
+    q.input_quantizer.disable()
+    q(x)
+    q.weight_quantizer.load_calib_amax()
+    axis = 1 if isinstance(layer, nn.ConvTranspose2d) else 0
+    dims = tuple(d for d in range(want_amax.dim()) if d != axis)
+    assert torch.allclose(q.weight_quantizer.amax.flatten(), want_amax.abs().amax(dims))

@@ -89,8 +89,8 @@ class QuantOwnForward(_QuantWeighted):
     def from_float(cls, module: nn.Module, quant_desc_input=None, quant_desc_weight=None):
         """``module`` itself, its class made this quantized one and its quantizers added
         (in place: a subclass may hold state a copy would not know of)."""
-        quant = FLOAT_TO_QUANT[cls._trtqat_float_layer]
         subclass = own_forward_class(type(module))
+        quant = FLOAT_TO_QUANT[subclass._trtqat_float_layer]
         module.__class__ = subclass
         module.init_quantizer(quant_desc_input or quant.default_quant_desc_input,
                               quant_desc_weight or quant.default_quant_desc_weight)
