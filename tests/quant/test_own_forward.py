@@ -103,12 +103,25 @@ def test_an_own_forward_subclass_is_quantized_through_its_effective_weight(tmp_p
     assert torch.allclose(dequant, conv.weight_quantizer(w_eff), atol=1e-6)
 
 
+class LoRALinear(nn.Linear):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.down, self.up = nn.Linear(self.in_features, 2), nn.Linear(2, self.out_features)
+
+    def forward(self, x):  # the adapter's calls come first: they are not this layer's
+        return self.up(self.down(x)) + F.linear(x, self.weight, self.bias)
+
+
 def test_own_forward_off_and_float_module_list_keep_layers_float(caplog):
     caplog.set_level(logging.WARNING)
     model = _net()
     trtqat.quantize(model, {"own_forward": False, "graph": False})
     assert type(model[0]) is WSConv and type(model[6]) is ScaledLinear
     assert "forward of their own, so they stay float" in caplog.text
+    caplog.clear()
+    model = nn.Sequential(LoRALinear(4, 4))
+    trtqat.quantize(model, {"graph": False})
+    assert type(model[0]) is LoRALinear and "0 (LoRALinear)" in caplog.text
     model = nn.Sequential(_net(), nn.Conv2d(4, 4, 1))
     trtqat.quantize(model, {"float_module_list": ["Conv2d"], "graph": False})
     assert type(model[0][0]) is WSConv and type(model[1]) is nn.Conv2d

@@ -38,9 +38,12 @@ LAYER_FUNCTIONS: dict[type, tuple[Callable, ...]] = {
 
 def float_layer(module: nn.Module) -> type | None:
     """The torch.nn weighted layer ``module`` subclasses with a forward of its own, or None
-    (its own class is torch.nn's, it keeps the base forward, or it is already quantized)."""
+    (its own class is torch.nn's, it keeps the base forward, it is already quantized, or it
+    holds weighted layers whose calls could be taken for its own: a LoRA-style adapter)."""
     cls = type(module)
     if cls in FLOAT_TO_QUANT or isinstance(module, _QuantWeighted) or "forward" in vars(module):
+        return None
+    if any(isinstance(m, tuple(LAYER_FUNCTIONS)) for m in module.modules() if m is not module):
         return None
     for base in LAYER_FUNCTIONS:
         if isinstance(module, base) and cls.forward is not base.forward:
