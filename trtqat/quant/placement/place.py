@@ -1,8 +1,12 @@
 """``place``: every quantizer TensorRT's Q/DQ placement asks for, in one call.
 
+0. re-parameterizable blocks (timm's ``reparameterize()``: RepVGG, MobileOne) are fused
+   (:mod:`trtqat.quant.reparam`), unless ``QuantConfig(reparameterize=False)``;
 1. layers: Conv/ConvTranspose/Linear (and average pooling) become Quant* layers
-   (:func:`trtqat.quant.model_ops.quantize`); Quant* layers already there (a model built
-   under ``quant_modules.initialize()``) keep their quantizers and calibration state;
+   (:func:`trtqat.quant.model_ops.quantize`), subclasses with a forward of their own through
+   the weight they compute (:mod:`trtqat.quant.own_forward`); Quant* layers already there
+   (a model built under ``quant_modules.initialize()``) keep their quantizers and
+   calibration state;
 2. attention: Hugging Face attention (``trtqat.quant.plugins.attention``) and
    ``nn.MultiheadAttention`` (``trtqat.quant.plugins.multihead``);
 3. the graph rules (:mod:`.rules`) on every module FX can trace, with shared scales
