@@ -15,6 +15,11 @@ that fails is recorded with its stage and error and the sweep goes on. Models ru
 time (CPU kept modest: ``torch.set_num_threads(--threads)``). Example::
 
     python benchmarks/placement_sweep.py --models resnet18d,user_se --size 64
+
+Issue 34's models (a weight-standardised ``ScaledStdConv2d`` model and RepVGG in its
+training form), INT8 only, with a looser engine agreement floor for random weights::
+
+    python benchmarks/placement_sweep.py --models subclass --variants int8 --min-cosine 0.5
 """
 
 from __future__ import annotations
@@ -170,6 +175,9 @@ USER = {"user_se": UserSE, "user_groupnorm": UserGroupNorm,
         "user_mha": UserMHA}
 TIMM = ("resnet18d", "efficientnet_lite0", "mobilenetv3_small_100", "convnext_atto",
         "vit_tiny_patch16_224")
+# issue 34: a Conv2d subclass with its own forward (ScaledStdConv2d), and a model in its
+# training form with timm's reparameterize() (RepVGG)
+TIMM_SUBCLASS = ("nf_regnet_b0", "repvgg_a0")
 FIXED_SIZE = {"vit_tiny_patch16_224": 224}  # timm's ViT at its own size
 # torchvision models whose adaptive pooling needs more than --size: VGG's 7 x 7 pool from a
 # smaller map is an upsampling GatherND (left in float), at 224 it is the identity
@@ -181,7 +189,7 @@ def builder(name: str, size: int) -> Callable[[], nn.Module]:
     torchvision's ViTs are built for ``size``."""
     if name in USER:
         return USER[name]
-    if name in TIMM:
+    if name in TIMM or name in TIMM_SUBCLASS:
         import timm
 
         return lambda: timm.create_model(name, pretrained=False, num_classes=10)
@@ -192,7 +200,7 @@ def builder(name: str, size: int) -> Callable[[], nn.Module]:
 
 
 def all_models() -> list[str]:
-    return [*TIMM, *USER, *ZOO.values()]
+    return [*TIMM, *TIMM_SUBCLASS, *USER, *ZOO.values()]
 
 
 # ---------------------------------------------------------------- one model
@@ -228,7 +236,8 @@ def _lint(path: Path, row: Row) -> None:
     row.other = warnings
 
 
-def _engine(path: Path, data: list[torch.Tensor], row: Row, threads: int) -> None:
+def _engine(path: Path, data: list[torch.Tensor], row: Row, threads: int,
+            min_cosine: float = 0.98) -> None:
     import numpy as np
     import onnx
 
@@ -236,7 +245,8 @@ def _engine(path: Path, data: list[torch.Tensor], row: Row, threads: int) -> Non
 
     name = onnx.load(path, load_external_data=False).graph.input[0].name
     feeds = [{name: x.numpy()} for x in data]
-    engine = trtqat.build_engine(path, "ort", threads=threads, calib_feeds=feeds, min_top1=0.0)
+    engine = trtqat.build_engine(path, "ort", threads=threads, calib_feeds=feeds, min_top1=0.0,
+                                 min_cosine=min_cosine)
     with engine.runner(threads=threads) as runner:
         outs = runner.infer(feeds[0])
     if not all(np.isfinite(o).all() for o in outs.values()):
@@ -249,7 +259,8 @@ def _engine(path: Path, data: list[torch.Tensor], row: Row, threads: int) -> Non
 
 
 def run_model(name: str, size: int, out: Path, threads: int, calib: int = 3,
-              batch: int = 4) -> Row:
+              batch: int = 4, variants: tuple[str, ...] = VARIANTS,
+              min_cosine: float = 0.98) -> Row:
     """Quantize, export every variant, lint and build the ORT engine of one model."""
     row = Row(name, size)
     t0 = time.perf_counter()
@@ -272,7 +283,7 @@ def run_model(name: str, size: int, out: Path, threads: int, calib: int = 3,
         lap(stage)
         example = synthetic_batches(1, 2, size, seed=7)[0]
         val = synthetic_batches(2, 8, size, seed=11)
-        for variant in VARIANTS:
+        for variant in dict.fromkeys((*variants, "int8")):  # int8: linted, built
             stage = f"export-{variant}"
             path = out / f"{name}-{size}-{variant}.onnx"
             result = trtqat.export_onnx(model, example, path, variant, validation_data=val)
@@ -281,7 +292,7 @@ def run_model(name: str, size: int, out: Path, threads: int, calib: int = 3,
         stage = "lint"
         _lint(out / f"{name}-{size}-int8.onnx", row)
         stage = "engine"
-        _engine(out / f"{name}-{size}-int8.onnx", data, row, threads)
+        _engine(out / f"{name}-{size}-int8.onnx", data, row, threads, min_cosine)
         lap(stage)
     except Exception as exc:  # a sweep records the failure and goes on
         logging.getLogger("sweep").debug("%s failed", name, exc_info=True)
@@ -314,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="all",
                         help="comma-separated names (timm, user_*, torchvision) or 'all', "
-                             "'timm', 'user', 'zoo'")
+                             "'timm', 'user', 'zoo', 'subclass'")
     parser.add_argument("--size", type=int, default=64,
                         help="image size (models with a fixed size use theirs)")
     parser.add_argument("--threads", type=int, default=1)
@@ -322,8 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--times", action="store_true",
                         help="print each model's seconds per stage and its export notes")
     parser.add_argument("--traceback", action="store_true", help="print failures' tracebacks")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="export variants to check (int8 is always exported)")
+    parser.add_argument("--min-cosine", type=float, default=0.98,
+                        help="the ORT engine's agreement floor (centered cosine)")
     args = parser.parse_args(argv)
     groups = {"all": all_models(), "timm": list(TIMM), "user": list(USER),
+              "subclass": list(TIMM_SUBCLASS),
               "zoo": list(ZOO.values())}
     names = [n for item in args.models.split(",") for n in groups.get(item, [item])]
     torch.set_num_threads(args.threads)
@@ -335,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for name in names:
             size = FIXED_SIZE.get(name, max(args.size, MIN_SIZE.get(name, 0)))
-            row = run_model(name, size, out, args.threads)
+            row = run_model(name, size, out, args.threads,
+                            variants=tuple(args.variants.split(",")),
+                            min_cosine=args.min_cosine)
             rows.append(row)
             print(format_row(row), flush=True)
             if args.times:

@@ -50,6 +50,7 @@ from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.outputs import flatten
 from trtqat.progress import progress as progress_of
 from trtqat.quant.model_ops import disable_layers, quantizers
+from trtqat.quant.own_forward import fold_effective_weights
 from trtqat.variants import MIN_OPSET, VARIANTS
 from trtqat.variants import variant as variant_row
 
@@ -226,6 +227,9 @@ class Exporter:
         plan = self.plan
         traced = (fold_batchnorm(reference, example_inputs=self.inputs, notes=self.fold_notes)
                   if plan.fold_bn else reference)
+        # own-forward layers (weight standardisation): their weight a constant, so the graph
+        # has DQ(Q(W_eff)) and no float ops computing it (after BN folding, which changes it)
+        fold_effective_weights(traced, lambda m: m(*self.inputs))
         with torch.no_grad():
             sample = [n for n, _ in flatten(traced(*self.inputs))]
         check_io_names(plan.input_names, plan.output_names, len(self.inputs), sample)

@@ -10,15 +10,32 @@ from torch import nn
 from trtqat.export.calibrated import refuse_uncalibrated
 from trtqat.export.errors import ExportError
 from trtqat.quant.model_ops import quantizers
+from trtqat.quant.reparam import training_form
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 
+def refuse_training_form(model: nn.Module) -> None:
+    """Refuse INT8 export of a quantized model whose re-parameterizable blocks (RepVGG,
+    MobileOne) are still in their training form: the engine would run their BatchNorm and
+    branch Add in float."""
+    pending = training_form(model)
+    if pending:
+        raise ExportError(
+            f"{len(pending)} module(s) are still in their re-parameterizable training form "
+            f"(e.g. {pending[0]}), so INT8 would leave their BatchNorm and branch Add in "
+            "float: re-parameterize the float model before quantizing (trtqat.quantize does "
+            "unless QuantConfig(reparameterize=False); or "
+            "timm.utils.reparameterize_model(model, inplace=True)), then calibrate again")
+
+
 def check_quantizers(model: nn.Module) -> int:
-    """Refuse INT8 export of a model whose quantizers are missing or uncalibrated.
+    """Refuse INT8 export of a model whose quantizers are missing or uncalibrated, or that
+    is in a re-parameterizable training form.
 
     Returns the number of active quantizers.
     """
     refuse_uncalibrated(model)
+    refuse_training_form(model)
     active = [(n, q) for n, q in quantizers(model) if not q.disabled and q._if_quant]
     if not active:
         raise ExportError("the model has no active quantizer, so there is nothing to export "

@@ -59,6 +59,10 @@ class QuantConfig:
         pool: MaxPool input and output share one scale.
         attention: MatMul/BMM operands, scaled_dot_product_attention, nn.MultiheadAttention
             and Hugging Face attention.
+        own_forward: quantize Conv/Linear subclasses with a forward of their own (weight
+            standardisation: timm's ``ScaledStdConv2d``) through the weight they compute.
+        reparameterize: first re-parameterize modules with timm's ``reparameterize()`` /
+            ``switch_to_deploy()`` (RepVGG, MobileOne, FastViT: one conv per block), in place.
     Calibration (with ``forward_loop``):
         method: amax method (max, percentile, mse, entropy, or a registered one); default:
             mse for models with attention, max otherwise (what the CLI families use).
@@ -77,6 +81,8 @@ class QuantConfig:
     concat: bool = True
     pool: bool = True
     attention: bool = True
+    own_forward: bool = True
+    reparameterize: bool = True
     method: str | None = None
     percentile: float = 99.99
     num_batches: int | None = None

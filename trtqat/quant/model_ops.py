@@ -17,7 +17,8 @@ from trtqat.progress import progress as progress_of
 from trtqat.quant.calib.registry import get_method, methods
 from trtqat.quant.config import QuantConfig
 from trtqat.quant.mixin import QUANT_LAYERS
-from trtqat.quant.modules import FLOAT_TO_QUANT
+from trtqat.quant.modules import FLOAT_TO_QUANT, _float_base
+from trtqat.quant.own_forward import float_layer, own_forward_class
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 log = logging.getLogger(__name__)
@@ -37,26 +38,30 @@ def skipped(name: str, patterns: Iterable[str]) -> bool:
 
 
 def quantize(model: nn.Module, config: QuantConfig | None = None, *,
-             exact_types: bool = False) -> nn.Module:
+             exact_types: bool = False, own_forward: bool = True) -> nn.Module:
     """Replace, in place, the float layers of an already built ``model`` by Quant* layers.
 
     Layers keep their parameters (shared, not copied); subclasses that keep their base
     class's forward are replaced too, unless ``exact_types`` (the rule of checkpoints
-    written before placement was recorded). Returns ``model``.
+    written before placement was recorded), and so are Conv/Linear subclasses with a
+    forward of their own (weight standardisation: quantized through the weight they
+    compute, :mod:`trtqat.quant.own_forward`) unless ``own_forward`` is False (the rule of
+    checkpoints of placement ``graph-1``). Returns ``model``.
     """
     config = config or QuantConfig()
     float_names = set(config.float_module_list)
-    own_forward: list[str] = []
+    kept: list[str] = []  # own-forward subclasses left float (own_forward=False)
 
     def visit(parent: nn.Module, prefix: str) -> None:
         for child_name, child in list(parent.named_children()):
             full = f"{prefix}{child_name}"
-            cls = FLOAT_TO_QUANT.get(type(child)) if exact_types else quant_class(child)
+            cls = FLOAT_TO_QUANT.get(type(child)) if exact_types else quant_class(child,
+                                                                                   own_forward)
             if cls is None and not exact_types and type(child) not in FLOAT_TO_QUANT and any(
                     isinstance(child, base) for base in FLOAT_TO_QUANT) and \
                     not isinstance(child, QUANT_LAYERS):
-                own_forward.append(f"{full} ({type(child).__name__})")
-            if cls is not None and cls.__bases__[0].__name__ not in float_names \
+                kept.append(f"{full} ({type(child).__name__})")
+            if cls is not None and _float_base(cls).__name__ not in float_names \
                     and not skipped(full, config.skip_layers):
                 setattr(parent, child_name, cls.from_float(child, config.quant_desc_input, config.quant_desc_weight))
             elif not isinstance(child, nn.MultiheadAttention):  # its own plugin quantizes it
@@ -65,9 +70,9 @@ def quantize(model: nn.Module, config: QuantConfig | None = None, *,
     if type(model) in FLOAT_TO_QUANT:
         raise QuantConfigError("quantize() takes a model that contains layers, not a single layer: use QuantXxx.from_float(layer)")
     visit(model, "")
-    if own_forward:
+    if kept:
         log.warning("NOTE %d layer(s) subclass a quantizable layer with a forward of their own, "
-                    "so they stay float: %s", len(own_forward), ", ".join(own_forward[:5]))
+                    "so they stay float: %s", len(kept), ", ".join(kept[:5]))
     from trtqat.quant.functional_layers import quantize_functional_layers
 
     quantize_functional_layers(model)  # Swin attention: F.linear on QuantLinear weights
@@ -79,9 +84,11 @@ def quantize(model: nn.Module, config: QuantConfig | None = None, *,
 _SAME_FORWARD = {"timm.layers.linear.Linear", "torch.nn.modules.linear.NonDynamicallyQuantizableLinear"}
 
 
-def quant_class(module: nn.Module) -> type | None:
-    """The Quant* class that replaces ``module``: its own class's, or its base class's for
-    a subclass that keeps the base forward (timm's ``Linear``); None otherwise."""
+def quant_class(module: nn.Module, own_forward: bool = True) -> type | None:
+    """The Quant* class that replaces ``module``: its own class's, its base class's for a
+    subclass that keeps the base forward (timm's ``Linear``), with ``own_forward`` the
+    quantized class of a Conv/Linear subclass with a forward of its own (timm's
+    ``ScaledStdConv2d``); None otherwise."""
     cls = type(module)
     if cls in FLOAT_TO_QUANT:
         return FLOAT_TO_QUANT[cls]
@@ -91,6 +98,8 @@ def quant_class(module: nn.Module) -> type | None:
         if isinstance(module, base) and (cls.forward is base.forward or
                                          f"{cls.__module__}.{cls.__qualname__}" in _SAME_FORWARD):
             return quant
+    if own_forward and float_layer(module) is not None:
+        return own_forward_class(cls)
     return None
 
 

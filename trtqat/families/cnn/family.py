@@ -266,15 +266,25 @@ def restore(family: ModelFamily, model: nn.Module, ckpt: dict[str, Any],
     """``model`` (just built by ``family``) with the checkpoint's quantizers (placed as it
     was calibrated; none when not ``quantized``) and weights."""
     from trtqat.families.cnn.model_source import is_quantizer_key
+    from trtqat.families.cnn.models import LEGACY
+    from trtqat.quant.placement.place import GRAPH_1
+    from trtqat.quant.reparam import reparameterize
 
     spec = ckpt["model"]
-    if quantized:
-        family.quantize(model, tuple(spec.get("skip_layers") or ()),
-                        placement=placement_of(spec))
+    skip = tuple(spec.get("skip_layers") or ())
+    # an FP32 checkpoint to quantize (PTQ) is loaded first: placement re-parameterizes
+    # RepVGG-style blocks with its trained BatchNorm statistics
+    from_float = quantized and not spec.get("quantized")
+    if quantized and not from_float:
+        family.quantize(model, skip, placement=placement_of(spec))
+    elif spec.get("quantized") and placement_of(spec) not in (GRAPH_1, LEGACY):
+        reparameterize(model)  # a quantized checkpoint's weights are re-parameterized ones
     state = ckpt["state_dict"]
     if not quantized:
         state = {k: v for k, v in state.items() if not is_quantizer_key(k)}
     fit_checkpoint_state(model, state, spec)
+    if from_float:
+        family.quantize(model, skip, placement=placement_of(spec))
     return model
 
 

@@ -1,8 +1,12 @@
 """``place``: every quantizer TensorRT's Q/DQ placement asks for, in one call.
 
+0. re-parameterizable blocks (timm's ``reparameterize()``: RepVGG, MobileOne) are fused
+   (:mod:`trtqat.quant.reparam`), unless ``QuantConfig(reparameterize=False)``;
 1. layers: Conv/ConvTranspose/Linear (and average pooling) become Quant* layers
-   (:func:`trtqat.quant.model_ops.quantize`); Quant* layers already there (a model built
-   under ``quant_modules.initialize()``) keep their quantizers and calibration state;
+   (:func:`trtqat.quant.model_ops.quantize`), subclasses with a forward of their own through
+   the weight they compute (:mod:`trtqat.quant.own_forward`); Quant* layers already there
+   (a model built under ``quant_modules.initialize()``) keep their quantizers and
+   calibration state;
 2. attention: Hugging Face attention (``trtqat.quant.plugins.attention``) and
    ``nn.MultiheadAttention`` (``trtqat.quant.plugins.multihead``);
 3. the graph rules (:mod:`.rules`) on every module FX can trace, with shared scales
@@ -31,11 +35,15 @@ from trtqat.quant.placement.rules import RULE_TEXT, Site, find_sites
 from trtqat.quant.plugins.matmul import QuantMatMul
 from trtqat.quant.plugins.multihead import QuantMultiheadAttention, quantize_multihead, supported
 from trtqat.quant.plugins.sdpa import QuantSDPA
+from trtqat.quant.reparam import reparameterize
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 log = logging.getLogger("trtqat.quant.placement")
 
-PLACEMENT_VERSION = "graph-1"  # recorded in checkpoints ("legacy": earlier versions)
+# recorded in checkpoints ("legacy": earlier versions; "graph-1": before own-forward
+# Conv/Linear subclasses were quantized and re-parameterizable blocks fused)
+PLACEMENT_VERSION = "graph-2"
+GRAPH_1 = "graph-1"
 
 
 @dataclass
@@ -113,10 +121,13 @@ def place(model: nn.Module, config: QuantConfig | None = None, *,
     cfg = config or QuantConfig()
     desc = cfg.input_descriptor()
     result = Placement()
+    if cfg.reparameterize:
+        _reparameterize(model)
     quantize_layers(model, QuantConfig(quant_desc_input=desc,
                                        quant_desc_weight=cfg.quant_desc_weight,
                                        float_module_list=cfg.float_module_list,
-                                       skip_layers=cfg.skip_layers), exact_types=exact_types)
+                                       skip_layers=cfg.skip_layers), exact_types=exact_types,
+                    own_forward=cfg.own_forward)
     if cfg.num_bits != 8 and cfg.quant_desc_weight is None:
         for name, q in model.named_modules():
             if name.endswith("_weight_quantizer") and isinstance(q, TensorQuantizer):
@@ -143,6 +154,16 @@ def place(model: nn.Module, config: QuantConfig | None = None, *,
     name_quantizers(model)
     _report(model, result)
     return result
+
+
+def _reparameterize(model: nn.Module) -> None:
+    changed = reparameterize(model)
+    if changed:
+        kinds = ", ".join(f"{n} {k}" for k, n in changed.most_common())
+        log.warning("NOTE re-parameterized %d module(s) in place before quantizing (%s), as "
+                    "timm.utils.reparameterize_model does: each is one conv now, as deployed; "
+                    "QuantConfig(reparameterize=False) keeps the training form (INT8 export "
+                    "then refuses it)", sum(changed.values()), kinds)
 
 
 def _apply(flow: ModelFlow, sites: list[Site], desc: QuantDescriptor, result: Placement
