@@ -24,6 +24,7 @@
 // with one element (per tensor) or keep-dim broadcastable to x with a single non-1 dim equal
 // to x's size there (per channel along one axis); grad float32 with x's layout.
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
@@ -40,6 +41,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -232,10 +234,15 @@ class OutputPool {
     return *pool;
   }
 
-  // A float32 CPU tensor with x's sizes and strides (x dense, non-overlapping).
+  // A float32 CPU tensor with x's sizes and strides (x dense, non-overlapping), allocated
+  // without a trip through the dispatcher (which costs more than a small kernel's loop).
+  static at::Tensor fresh_like(const at::Tensor& x) {
+    return at::detail::empty_strided_cpu(x.sizes(), x.strides(), at::kFloat);
+  }
+
   at::Tensor empty_like(const at::Tensor& x) {
     const int64_t nbytes = x.numel() * static_cast<int64_t>(sizeof(float));
-    if (nbytes < kMinBytes || cap_bytes_ <= 0) return at::empty_like(x);
+    if (nbytes < kMinBytes || cap_bytes_ <= 0) return fresh_like(x);
     c10::intrusive_ptr<c10::StorageImpl> found;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -254,14 +261,14 @@ class OutputPool {
         ++it;
       }
       if (!found && held_bytes_ + nbytes <= cap_bytes_) {
-        at::Tensor fresh = at::empty_like(x);
+        at::Tensor fresh = fresh_like(x);
         list.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
             fresh.storage().unsafeGetStorageImpl()));
         held_bytes_ += nbytes;
         return fresh;
       }
     }
-    if (!found) return at::empty_like(x);
+    if (!found) return fresh_like(x);
     at::Tensor out = at::empty({0}, x.options());
     out.set_(c10::Storage(std::move(found)), 0, x.sizes(), x.strides());
     return out;
@@ -436,7 +443,9 @@ py::object apply(const py::handle& obj, const at::Tensor& amax_in, int64_t qmin,
   if (!L.ok) return py::none();
   at::Tensor y;
   {
-    py::gil_scoped_release no_gil;
+    // the GIL is released for large tensors only: for small ones it costs more than the loop
+    std::optional<py::gil_scoped_release> no_gil;
+    if (x.numel() >= kGrain) no_gil.emplace();
     if (!check_negative || !any_negative(x.data_ptr<float>(), x.numel())) {
       const at::Tensor amax = amax_in.requires_grad() ? amax_in.detach() : amax_in;
       if (at::GradMode::is_enabled() && x.requires_grad()) {
