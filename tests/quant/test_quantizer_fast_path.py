@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import pickle
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,27 @@ def test_quantizer_matches_the_triton_kernels_in_the_interpreter():
 
     results = run_in_interpreter(HERE / "fast_path_triton_cases.py")
     assert results and all(v == "ok" for v in results.values()), results
+
+
+def test_an_extension_built_from_an_older_source_keeps_the_python_path(monkeypatch):
+    if _kernels._C is None:
+        pytest.skip("no compiled CPU kernel here")
+    old = types.SimpleNamespace(fake_quant_forward=_kernels._C.fake_quant_forward,
+                                fake_quant_grad_input=_kernels._C.fake_quant_grad_input,
+                                __file__="_C.so")  # no fake_quant_apply
+    monkeypatch.setattr(_kernels, "_C", old)
+    _kernels._names()  # what a change of kernels does: quantizers decide again
+    try:
+        x, amax, g = _data((1,), False, torch.float32)
+        q = quant_nn.TensorQuantizer(QuantDescriptor(axis=(1,)))
+        q.amax = amax
+        leaf = x.clone().requires_grad_(True)
+        y = q(leaf)
+        y.backward(g)
+        assert q._hot[3] is None and "_FakeQuantFn" in type(y.grad_fn).__name__
+        y_ref, g_ref = _reference(x, amax, g, 8, False, False)
+        assert torch.equal(y.detach(), y_ref) and torch.equal(leaf.grad, g_ref)
+        assert "rebuild" in _kernels.kernel_report()["cpu"]
+    finally:
+        monkeypatch.undo()
+        _kernels._names()

@@ -227,6 +227,9 @@ def kernel_report() -> dict[str, str]:
             _resolve(kind)
     cpu = f"compiled C++ for float32, {getattr(_C, '__file__', '?')}" if _C is not None else \
         f"pytorch - {_MISSING.get('cpu', 'not available')}"
+    if _C is not None and not hasattr(_C, "fake_quant_apply"):
+        cpu += ("; built from an older source, without the one-call quantizer path: rebuild "
+                "with pip install --no-build-isolation -e .")
     cuda = "Triton for float32/float16/bfloat16" if _triton is not None else \
         f"pytorch - {_MISSING.get('cuda', 'not available')}"
     return {"cpu": cpu, "cuda": cuda}
