@@ -149,6 +149,18 @@ def test_the_cache_follows_every_change_of_state(backend):
         x, torch.tensor(1.5, dtype=torch.float64), x, 8, False, True)[0])
 
 
+def test_an_amax_made_in_inference_mode_has_no_version_and_still_works():
+    q = quant_nn.TensorQuantizer(QuantDescriptor())
+    x = torch.linspace(-2, 2, 9)
+    with torch.inference_mode():
+        q.amax = torch.tensor(1.0)  # an inference tensor: reading its _version raises
+        inside = q(x)
+    ref = _reference(x, torch.tensor(1.0), x, 8, False, False)[0]
+    assert torch.equal(inside, ref) and torch.equal(q(x), ref)
+    q.amax = torch.tensor(2.0)
+    assert torch.equal(q(x), _reference(x, torch.tensor(2.0), x, 8, False, False)[0])
+
+
 def test_per_channel_amax_and_axis_changes_follow():
     x = torch.randn(2, 4, 3, 3)
     q = quant_nn.TensorQuantizer(QuantDescriptor(axis=(1,)))

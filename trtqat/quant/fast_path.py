@@ -3,7 +3,8 @@
 A QAT step calls every quantizer twice (forward and backward) with the same state, so the
 checks and dispatch decisions of the common case - a stored integer range, fake quantization
 and no other stage - are taken once and kept in the quantizer's ``_hot`` tuple (:data:`FIELDS`).
-The tuple holds the amax it was decided for and that tensor's ``_version``, and the kernels'
+The tuple holds the amax it was decided for and that tensor's ``_version`` (-1: none, e.g.
+an amax made under ``torch.inference_mode``), and the kernels'
 :data:`~trtqat.quant._kernels.EPOCH`: a new or changed amax (assignment, ``load_state_dict``,
 ``.to()``, an in-place write) or another kernel backend makes the forward decide again. Every
 other attribute the decision reads is reset by ``TensorQuantizer.__setattr__``.
@@ -52,5 +53,6 @@ def decide(quantizer: Any, amax: torch.Tensor | None, bounds) -> tuple:
         plain = qmax >= 1
         if plain and not compiling and amax.device.type == "cpu":
             kernel = _kernels.hot_kernel()
-    version = amax._version if amax is not None and not compiling else 0
+    # -1: nothing to compare (no amax, traced, or an inference tensor: it has no version)
+    version = -1 if amax is None or compiling or amax.is_inference() else amax._version
     return (amax, version, _kernels.EPOCH, kernel, qmin, qmax, bool(q._unsigned), plain)

@@ -287,7 +287,7 @@ class TensorQuantizer(nn.Module):
         if fast_path.is_compiling():  # traced: decided in the graph, nothing kept
             hot = fast_path.decide(self, amax, _int_bounds)
         elif (hot is None or hot[0] is not amax or hot[2] != _kernels.EPOCH
-                or (amax is not None and amax._version != hot[1])):
+                or (hot[1] >= 0 and amax._version != hot[1])):
             hot = self.__dict__["_hot"] = fast_path.decide(self, amax, _int_bounds)
         if (not hot[7] or (export_mode.entered and export_mode.active())
                 or TensorQuantizer.use_fb_fake_quant or onnx_exporting()):  # _exporting()
