@@ -260,3 +260,12 @@ def test_an_extension_built_from_an_older_source_keeps_the_python_path(monkeypat
     finally:
         monkeypatch.undo()
         _kernels._names()
+
+
+def test_jit_trace_records_the_quantizer_not_a_constant():
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0))
+    x = torch.linspace(-2, 2, 9)
+    q(x)  # decided (the compiled path) before tracing
+    traced = torch.jit.trace(q, (x,), check_trace=False)
+    other = torch.linspace(-0.5, 0.5, 9)
+    assert torch.equal(traced(other), q(other))

@@ -33,6 +33,7 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -433,11 +434,13 @@ struct FakeQuantFn : public torch::autograd::Function<FakeQuantFn> {
 
 // The quantizer's hot path: fake_quant(x) with autograd, or None when the kernel does not
 // take these inputs (not a plain float32 CPU tensor, amax that does not fit, bounds it cannot
-// round) or, with check_negative, when x holds a negative value: the caller's general path
-// then computes the result or raises its error.
+// round, torch.jit.trace running) or, with check_negative, when x holds a negative value: the
+// caller's general path then computes the result or raises its error.
 py::object apply(const py::handle& obj, const at::Tensor& amax_in, int64_t qmin, int64_t qmax,
                  bool check_negative) {
-  if (!THPVariable_Check(obj.ptr()) || !bounds_ok(qmin, qmax)) return py::none();
+  // torch.jit.trace would not see this call (and would bake its output in as a constant)
+  if (!THPVariable_Check(obj.ptr()) || !bounds_ok(qmin, qmax) || torch::jit::tracer::isTracing())
+    return py::none();
   const at::Tensor& x = THPVariable_Unpack(obj.ptr());
   const Layout L = layout_of(x, amax_in);
   if (!L.ok) return py::none();
