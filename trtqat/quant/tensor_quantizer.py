@@ -280,13 +280,11 @@ class TensorQuantizer(nn.Module):
         if self._disabled:
             return inputs
         # QAT's common case (a stored int range, fake quantization, nothing else) as decided
-        # once per state (fast_path); plain dict reads, as nn.Module.__getattr__ costs more
-        # than a small kernel
+        # once per state (fast_path); plain dict reads (nn.Module.__getattr__ costs more)
         amax = self._buffers.get("_amax")
-        hot = self._hot
-        if fast_path.is_compiling():  # traced: decided in the graph, nothing kept
+        if fast_path.is_compiling():  # traced: decided in the graph, nothing read or kept
             hot = fast_path.decide(self, amax, _int_bounds)
-        elif (hot is None or hot[0] is not amax or hot[2] != _kernels.EPOCH
+        elif ((hot := self._hot) is None or hot[0] is not amax or hot[2] != _kernels.EPOCH
                 or (hot[1] >= 0 and amax._version != hot[1])):
             hot = self.__dict__["_hot"] = fast_path.decide(self, amax, _int_bounds)
         if (not hot[7] or (export_mode.entered and export_mode.active())
