@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -120,7 +121,7 @@ def set_backend(name: str | None = None) -> str:
     return BACKEND
 
 
-def hot_kernel():
+def hot_kernel() -> Callable | None:
     """The compiled CPU entry point ``fake_quant_apply(x, amax, qmin, qmax, check_negative)``
     (fake quantization with its autograd node in one call; None where it does not take the
     inputs), or None: the pure-PyTorch kernels are forced, or the extension is missing or

@@ -16,6 +16,7 @@ general path handles them and raises its errors) and the global export switches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,7 +31,8 @@ entry point (None: none applies), the integer bounds, unsigned, and whether the 
 fake-quant path applies at all (False: the staged forward)."""
 
 
-def decide(quantizer: Any, amax: torch.Tensor | None, bounds) -> tuple:
+def decide(quantizer: Any, amax: torch.Tensor | None,
+           bounds: Callable[[int, bool, bool], tuple[int, int]]) -> tuple:
     """The ``_hot`` tuple for ``quantizer`` as it is now (``amax``: its ``_amax`` buffer).
 
     ``bounds(num_bits, unsigned, narrow_range)`` gives the integer range. Raises
