@@ -53,13 +53,15 @@ def test_calibrated_forward_dispatches_only_the_kernel_ops(backend, axis, unsign
     amax, qmin, qmax = q.amax, q.minbound, q.maxbound
     plain = x.clone()
     x.requires_grad_(grad)
+    q(x)  # the first call decides the path (and checks amax) once for this state
     with _Ops() as kernel:
         ref, _ = _kernels.fake_quant_forward(plain, amax, qmin, qmax)
     with _Ops() as quantizer:
         y = q(x)
     extra = collections.Counter(quantizer.ops)
     extra.subtract(kernel.ops)
-    if unsigned:  # the negative-input check of pytorch-quantization: one reduction
+    if unsigned and _kernels.hot_kernel() is None:  # pytorch-quantization's negative-input
+        # check, one reduction (the compiled kernel checks in its own loop)
         for op in ("aten.min.default", "aten.lt.Scalar", "aten._local_scalar_dense.default"):
             assert extra.pop(op) == 1
         assert extra.pop("aten.detach.default", 0) == int(grad)  # min()'s autograd node

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -30,7 +31,7 @@ from trtqat.quant._fused import scale_of
 __all__ = ["BACKEND", "EXTENSION_ERROR", "GPU_BACKEND", "available_backends", "check_input",
            "empty_cache", "fake_quant_forward", "fake_quant_forward_masked",
            "fake_quant_grad_input", "fake_quant_grad_masked", "fake_quant_learnable_grad",
-           "kernel_report", "pool_stats", "scale_of", "set_backend"]
+           "hot_kernel", "kernel_report", "pool_stats", "scale_of", "set_backend"]
 
 _C, EXTENSION_ERROR = kernel_loader.prebuilt_cpu()
 _triton = None  # trtqat.quant.triton_kernels once a CUDA tensor was seen and Triton imports
@@ -40,6 +41,7 @@ _forced = ""  # "pytorch": pure-PyTorch kernels everywhere; "cpp"/"triton": that
 
 BACKEND = "pytorch"
 GPU_BACKEND: str | None = None
+EPOCH = 0  # bumped whenever the kernels in use may change (quantizers re-decide their path)
 
 _is_compiling = torch.compiler.is_compiling
 _fused_forward = _fused.fake_quant_forward
@@ -57,7 +59,8 @@ def check_input(x: torch.Tensor) -> None:
 
 
 def _names() -> None:
-    global BACKEND, GPU_BACKEND
+    global BACKEND, GPU_BACKEND, EPOCH
+    EPOCH += 1
     if _forced == "pytorch":
         BACKEND, GPU_BACKEND = "pytorch", "pytorch"
         return
@@ -116,6 +119,18 @@ def set_backend(name: str | None = None) -> str:
     if name == "triton" and _triton is None:
         raise RuntimeError(_MISSING.get("cuda", "the Triton kernels are not available"))
     return BACKEND
+
+
+def hot_kernel() -> Callable | None:
+    """The compiled CPU entry point ``fake_quant_apply(x, amax, qmin, qmax, check_negative)``
+    (fake quantization with its autograd node in one call; None where it does not take the
+    inputs), or None: the pure-PyTorch kernels are forced, or the extension is missing or
+    was built from an older source (rebuild: ``pip install --no-build-isolation -e .``)."""
+    if "cpu" in _pending and _forced != "pytorch":
+        _resolve("cpu")
+    if _forced == "pytorch" or _C is None:
+        return None
+    return getattr(_C, "fake_quant_apply", None)
 
 
 def _fast(device_type: str) -> bool:
@@ -213,6 +228,9 @@ def kernel_report() -> dict[str, str]:
             _resolve(kind)
     cpu = f"compiled C++ for float32, {getattr(_C, '__file__', '?')}" if _C is not None else \
         f"pytorch - {_MISSING.get('cpu', 'not available')}"
+    if _C is not None and not hasattr(_C, "fake_quant_apply"):
+        cpu += ("; built from an older source, without the one-call quantizer path: rebuild "
+                "with pip install --no-build-isolation -e .")
     cuda = "Triton for float32/float16/bfloat16" if _triton is not None else \
         f"pytorch - {_MISSING.get('cuda', 'not available')}"
     return {"cpu": cpu, "cuda": cuda}

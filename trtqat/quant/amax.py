@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from trtqat.errors import AmaxValueError, QuantTypeError
 
@@ -57,3 +58,35 @@ def _checked(value) -> torch.Tensor:
             "amax is 0, so nothing can be represented; calibrate on data that "
             "reaches this layer, or disable this quantizer")
     return amax
+
+
+def store_amax(quantizer: nn.Module, value: torch.Tensor) -> None:
+    """Set a quantizer's checked ``value`` as its amax: copied into a learned amax of the same
+    shape, else kept (on the device of the amax it replaces)."""
+    current = quantizer._amax
+    if isinstance(current, nn.Parameter):
+        with torch.no_grad():
+            if current.shape == value.shape:
+                current.copy_(value)
+            else:
+                quantizer._amax = nn.Parameter(value.to(current.device))
+    elif current is None:
+        quantizer._amax = value
+    else:
+        quantizer._amax = value.to(current.device)
+
+
+def shape_buffers_for(quantizer: nn.Module, state_dict: dict, prefix: str) -> None:
+    """Before a state dict is loaded into ``quantizer``: give its ``_amax`` and
+    ``_pre_quant_scale`` the shapes of the state dict's (a learned amax takes the value)."""
+    for key in ("_amax", "_pre_quant_scale"):
+        value = state_dict.get(prefix + key)
+        if value is None:
+            continue
+        value = value.detach().float()
+        if key == "_amax" and isinstance(quantizer._amax, nn.Parameter):
+            store_amax(quantizer, value)
+        else:
+            current = getattr(quantizer, key)
+            device = current.device if current is not None else value.device
+            setattr(quantizer, key, torch.empty(value.shape, device=device))

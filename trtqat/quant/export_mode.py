@@ -29,11 +29,12 @@ DYNAMIC_RANGE_WARNING = (
     "before exporting a model to deploy (`trtqat export` refuses an uncalibrated one)")
 
 _state = threading.local()
+entered = 0  # open enabled() blocks in every thread: 0 spares the quantizers the thread-local
 
 
 def active() -> bool:
     """True inside :func:`enabled`."""
-    return getattr(_state, "depth", 0) > 0
+    return entered > 0 and getattr(_state, "depth", 0) > 0
 
 
 def strict() -> bool:
@@ -47,11 +48,14 @@ def enabled(strict: bool = True) -> Iterator[None]:
 
     ``strict`` (trtqat's export) refuses a quantizer without amax; otherwise (pytorch-
     quantization's ``enable_onnx_export``) it warns and exports the example's range."""
+    global entered
     _state.depth = getattr(_state, "depth", 0) + 1
     _state.strict = getattr(_state, "strict", 0) + int(strict)
+    entered += 1
     try:
         yield
     finally:
+        entered -= 1
         _state.depth -= 1
         _state.strict -= int(strict)
 

@@ -15,8 +15,8 @@ from trtqat.errors import (
     QuantTypeError,
     TrtqatError,
 )
-from trtqat.quant import export_mode, pq_ops
-from trtqat.quant.amax import checked_amax, fits
+from trtqat.quant import _kernels, export_mode, fast_path, pq_ops
+from trtqat.quant.amax import checked_amax, fits, shape_buffers_for, store_amax
 from trtqat.quant.calib.base import reduce_dims
 from trtqat.quant.clip import Clip
 from trtqat.quant.describe import describe
@@ -47,7 +47,8 @@ def _flag(attr: str, doc: str) -> property:
 
 def _exporting() -> bool:
     """Quantizers emit torch's fake-quantize ops (export mode, ``use_fb_fake_quant``, ONNX export)."""
-    return export_mode.active() or TensorQuantizer.use_fb_fake_quant or onnx_exporting()
+    return ((export_mode.entered and export_mode.active()) or TensorQuantizer.use_fb_fake_quant
+            or onnx_exporting())
 
 
 class TensorQuantizer(nn.Module):
@@ -66,6 +67,7 @@ class TensorQuantizer(nn.Module):
     """
 
     use_fb_fake_quant = False
+    _hot = None  # fast_path.decide()'s tuple; None: decide at the next call
     _plain_forward = True  # False in a subclass that overrides a stage of the quantization
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -73,6 +75,18 @@ class TensorQuantizer(nn.Module):
         cls._plain_forward = all(getattr(cls, name) is getattr(TensorQuantizer, name)
                                  for name in ("_forward_stages", "_quant_forward", "_get_amax",
                                               "_bounds"))
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name != "_hot":  # any state change: the forward decides its path again
+            self.__dict__["_hot"] = None
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        self.__dict__["_hot"] = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_hot": None}  # holds a kernel function: not picklable
 
     def __init__(self, quant_desc: QuantDescriptor = QUANT_DESC_8BIT_PER_TENSOR,
                  disabled: bool = False, if_quant: bool = True, if_clip: bool = False,
@@ -265,20 +279,26 @@ class TensorQuantizer(nn.Module):
         """Scale by ``pre_quant_scale``, collect statistics, clip, quantize: each if enabled."""
         if self._disabled:
             return inputs
-        # QAT's common case first: a stored int range, fake quantization and nothing else.
-        # Plain dict reads (nn.Module.__getattr__ would cost more than a small kernel).
-        buffers = self._buffers
-        amax = buffers.get("_amax")
-        if (amax is not None and self._if_quant and self._fake_quant and self._plain_forward
-                and not (self._if_calib or self._if_clip) and self._scale_amax is None
-                and buffers.get("_pre_quant_scale") is None and "clip" not in self._modules
-                and type(self._num_bits) is int and not _exporting()):
-            qmin, qmax = _int_bounds(self._num_bits, self._unsigned, self._narrow_range)
-            if qmax >= 1 and (amax.numel() == 1 or fits(amax.shape, inputs.shape)):
-                if self._unsigned and bool(inputs.min() < 0):
-                    self._refuse_negative(inputs, amax)
-                return _FakeQuant.apply(inputs, amax.detach() if amax.requires_grad else amax,
-                                        qmin, qmax)
+        # QAT's common case (a stored int range, fake quantization, nothing else) as decided
+        # once per state (fast_path); plain dict reads (nn.Module.__getattr__ costs more)
+        amax = self._buffers.get("_amax")
+        if fast_path.is_compiling():  # traced: decided in the graph, nothing read or kept
+            hot = fast_path.decide(self, amax, _int_bounds)
+        elif ((hot := self._hot) is None or hot[0] is not amax or hot[2] != _kernels.EPOCH
+                or (hot[1] >= 0 and amax._version != hot[1])):
+            hot = self.__dict__["_hot"] = fast_path.decide(self, amax, _int_bounds)
+        if (not hot[7] or (export_mode.entered and export_mode.active())
+                or TensorQuantizer.use_fb_fake_quant or onnx_exporting()):  # _exporting()
+            return self._forward_stages(inputs)
+        if hot[3] is not None:
+            outputs = hot[3](inputs, amax, hot[4], hot[5], hot[6])
+            if outputs is not None:
+                return outputs
+        if amax.numel() == 1 or fits(amax.shape, inputs.shape):
+            if hot[6] and bool(inputs.min() < 0):
+                self._refuse_negative(inputs, amax)
+            return _FakeQuant.apply(inputs, amax.detach() if amax.requires_grad else amax,
+                                    hot[4], hot[5])
         return self._forward_stages(inputs)
 
     def _forward_stages(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -362,34 +382,14 @@ class TensorQuantizer(nn.Module):
             raise self._named(exc) from None
 
     def _store_amax(self, value: torch.Tensor) -> None:
-        if isinstance(self._amax, nn.Parameter):
-            with torch.no_grad():
-                if self._amax.shape == value.shape:
-                    self._amax.copy_(value)
-                else:
-                    self._amax = nn.Parameter(value.to(self._amax.device))
-        elif self._amax is None:
-            self._amax = value
-        else:
-            self._amax = value.to(self._amax.device)
+        store_amax(self, value)
 
     def _checked_amax(self, value) -> torch.Tensor:
         return checked_amax(value, self._label)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs) -> None:
-        # amax and pre_quant_scale are loaded whatever their shape (or absence) here
-        for key in ("_amax", "_pre_quant_scale"):
-            value = state_dict.get(prefix + key)
-            if value is None:
-                continue
-            value = value.detach().float()
-            if key == "_amax" and isinstance(self._amax, nn.Parameter):
-                self._store_amax(value)
-            else:
-                current = getattr(self, key)
-                device = current.device if current is not None else value.device
-                setattr(self, key, torch.empty(value.shape, device=device))
+        shape_buffers_for(self, state_dict, prefix)  # amax / pre_quant_scale of any shape
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
 

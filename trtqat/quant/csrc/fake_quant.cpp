@@ -15,16 +15,25 @@
 // even in the default rounding mode and vectorises; NaN stays NaN through the ternary clamps.
 // The division is kept (x * (1/scale) would differ in the last bit and move ties).
 //
+// * apply: the quantizer's hot path in one call - the forward above and, when x requires a
+//   gradient, a C++ autograd node (no Python autograd.Function): its backward is the identity
+//   when nothing was clipped, else grad_input. Saves nothing, or x and amax.
+//
 // Accepted inputs (anything else returns None and the caller uses the PyTorch path):
 // plain float32 CPU tensors; x contiguous (or, per tensor, any dense layout); amax float32 CPU
 // with one element (per tensor) or keep-dim broadcastable to x with a single non-1 dim equal
 // to x's size there (per channel along one axis); grad float32 with x's layout.
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -33,6 +42,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -225,10 +235,15 @@ class OutputPool {
     return *pool;
   }
 
-  // A float32 CPU tensor with x's sizes and strides (x dense, non-overlapping).
+  // A float32 CPU tensor with x's sizes and strides (x dense, non-overlapping), allocated
+  // without a trip through the dispatcher (which costs more than a small kernel's loop).
+  static at::Tensor fresh_like(const at::Tensor& x) {
+    return at::detail::empty_strided_cpu(x.sizes(), x.strides(), at::kFloat);
+  }
+
   at::Tensor empty_like(const at::Tensor& x) {
     const int64_t nbytes = x.numel() * static_cast<int64_t>(sizeof(float));
-    if (nbytes < kMinBytes || cap_bytes_ <= 0) return at::empty_like(x);
+    if (nbytes < kMinBytes || cap_bytes_ <= 0) return fresh_like(x);
     c10::intrusive_ptr<c10::StorageImpl> found;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -247,14 +262,14 @@ class OutputPool {
         ++it;
       }
       if (!found && held_bytes_ + nbytes <= cap_bytes_) {
-        at::Tensor fresh = at::empty_like(x);
+        at::Tensor fresh = fresh_like(x);
         list.push_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
             fresh.storage().unsafeGetStorageImpl()));
         held_bytes_ += nbytes;
         return fresh;
       }
     }
-    if (!found) return at::empty_like(x);
+    if (!found) return fresh_like(x);
     at::Tensor out = at::empty({0}, x.options());
     out.set_(c10::Storage(std::move(found)), 0, x.sizes(), x.strides());
     return out;
@@ -306,31 +321,65 @@ class OutputPool {
 };
 
 // ----------------------------------------------------------------- ops
+// y = fake_quant(x) into a (pooled) new tensor; returns whether any element was clipped.
+bool forward_into(const at::Tensor& x, const at::Tensor& amax, const Layout& L, int64_t qmin,
+                  int64_t qmax, at::Tensor& y) {
+  y = OutputPool::get().empty_like(x);
+  const int64_t n = x.numel();
+  const std::vector<float> scales = scales_of(amax, qmax);
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  std::atomic<int> any{0};
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    int c = 0;
+    for_each_run(
+        L, scales.data(), begin, end,
+        [&](int64_t i, int64_t len, float s) { c |= fq_fwd_scalar(xp + i, yp + i, len, s, lo, hi); },
+        [&](int64_t i, int64_t len, const float* s) {
+          c |= fq_fwd_vector(xp + i, yp + i, len, s, lo, hi);
+        });
+    if (c) any.store(1, std::memory_order_relaxed);
+  });
+  return any.load() != 0;
+}
+
+at::Tensor grad_into(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& amax,
+                     const Layout& L, int64_t qmin, int64_t qmax) {
+  at::Tensor out = OutputPool::get().empty_like(x);
+  const int64_t n = x.numel();
+  const std::vector<float> scales = scales_of(amax, qmax);
+  const float* xp = x.data_ptr<float>();
+  const float* gp = grad.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    for_each_run(
+        L, scales.data(), begin, end,
+        [&](int64_t i, int64_t len, float s) { fq_bwd_scalar(gp + i, xp + i, op + i, len, s, lo, hi); },
+        [&](int64_t i, int64_t len, const float* s) {
+          fq_bwd_vector(gp + i, xp + i, op + i, len, s, lo, hi);
+        });
+  });
+  return out;
+}
+
+TRTQAT_CLONES
+int any_negative(const float* __restrict x, int64_t n) {
+  int neg = 0;
+  for (int64_t i = 0; i < n; ++i) neg |= x[i] < 0.0f;
+  return neg;
+}
+
 py::object forward(const at::Tensor& x, const at::Tensor& amax, int64_t qmin, int64_t qmax) {
   if (!bounds_ok(qmin, qmax)) return py::none();
   const Layout L = layout_of(x, amax);
   if (!L.ok) return py::none();
-  at::Tensor y = OutputPool::get().empty_like(x);
-  const int64_t n = x.numel();
+  at::Tensor y;
   bool clipped = false;
   {
     py::gil_scoped_release no_gil;
-    const std::vector<float> scales = scales_of(amax, qmax);
-    const float* xp = x.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
-    std::atomic<int> any{0};
-    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-      int c = 0;
-      for_each_run(
-          L, scales.data(), begin, end,
-          [&](int64_t i, int64_t len, float s) { c |= fq_fwd_scalar(xp + i, yp + i, len, s, lo, hi); },
-          [&](int64_t i, int64_t len, const float* s) {
-            c |= fq_fwd_vector(xp + i, yp + i, len, s, lo, hi);
-          });
-      if (c) any.store(1, std::memory_order_relaxed);
-    });
-    clipped = any.load() != 0;
+    clipped = forward_into(x, amax, L, qmin, qmax, y);
   }
   return py::make_tuple(y, clipped);
 }
@@ -342,25 +391,75 @@ py::object grad_input(const at::Tensor& grad, const at::Tensor& x, const at::Ten
   if (!L.ok || !is_cpu_f32(grad) || grad.sizes() != x.sizes() ||
       grad.strides() != x.strides())
     return py::none();
-  at::Tensor out = OutputPool::get().empty_like(x);
-  const int64_t n = x.numel();
+  at::Tensor out;
   {
     py::gil_scoped_release no_gil;
-    const std::vector<float> scales = scales_of(amax, qmax);
-    const float* xp = x.data_ptr<float>();
-    const float* gp = grad.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
-    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-      for_each_run(
-          L, scales.data(), begin, end,
-          [&](int64_t i, int64_t len, float s) { fq_bwd_scalar(gp + i, xp + i, op + i, len, s, lo, hi); },
-          [&](int64_t i, int64_t len, const float* s) {
-            fq_bwd_vector(gp + i, xp + i, op + i, len, s, lo, hi);
-          });
-    });
+    out = grad_into(grad, x, amax, L, qmin, qmax);
   }
   return py::cast(out);
+}
+
+// Straight-through fake quantization as a C++ autograd function (what the Python
+// _FakeQuantFn does on the CPU, without its per-call Python cost).
+struct FakeQuantFn : public torch::autograd::Function<FakeQuantFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& amax, int64_t qmin, int64_t qmax,
+                            const Layout* layout) {
+    at::Tensor y;
+    const bool clipped = forward_into(x, amax, *layout, qmin, qmax, y);
+    ctx->saved_data["b"] = c10::IValue(std::vector<int64_t>{qmin, qmax, clipped ? 1 : 0});
+    if (clipped) ctx->save_for_backward({x, amax});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const std::vector<int64_t> b = ctx->saved_data["b"].toIntVector();
+    at::Tensor grad = grads[0];
+    if (b[2] == 0) return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& amax = saved[1];
+    const Layout L = layout_of(x, amax);
+    if (!is_cpu_f32(grad) || grad.sizes() != x.sizes() || grad.strides() != x.strides()) {
+      // e.g. the expanded ones of y.sum().backward(): same values in x's layout
+      at::Tensor dense = at::empty_like(x);
+      dense.copy_(grad);
+      grad = dense;
+    }
+    return {grad_into(grad, x, amax, L, b[0], b[1]), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+// The quantizer's hot path: fake_quant(x) with autograd, or None when the kernel does not
+// take these inputs (not a plain float32 CPU tensor, amax that does not fit, bounds it cannot
+// round, torch.jit.trace running) or, with check_negative, when x holds a negative value: the
+// caller's general path then computes the result or raises its error.
+py::object apply(const py::handle& obj, const at::Tensor& amax_in, int64_t qmin, int64_t qmax,
+                 bool check_negative) {
+  // torch.jit.trace would not see this call (and would bake its output in as a constant)
+  if (!THPVariable_Check(obj.ptr()) || !bounds_ok(qmin, qmax) || torch::jit::tracer::isTracing())
+    return py::none();
+  const at::Tensor& x = THPVariable_Unpack(obj.ptr());
+  const Layout L = layout_of(x, amax_in);
+  if (!L.ok) return py::none();
+  at::Tensor y;
+  {
+    // the GIL is released for large tensors only: for small ones it costs more than the loop
+    std::optional<py::gil_scoped_release> no_gil;
+    if (x.numel() >= kGrain) no_gil.emplace();
+    if (!check_negative || !any_negative(x.data_ptr<float>(), x.numel())) {
+      const at::Tensor amax = amax_in.requires_grad() ? amax_in.detach() : amax_in;
+      if (at::GradMode::is_enabled() && x.requires_grad()) {
+        y = FakeQuantFn::apply(x, amax, qmin, qmax, &L);
+      } else {
+        forward_into(x, amax, L, qmin, qmax, y);
+      }
+    }
+  }
+  if (!y.defined()) return py::none();
+  return py::cast(y);
 }
 
 }  // namespace
@@ -373,6 +472,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {  // _C from setup.py, another name wh
   m.def("fake_quant_grad_input", &grad_input, py::arg("grad"), py::arg("x"), py::arg("amax"),
         py::arg("qmin"), py::arg("qmax"),
         "grad where x was not clipped, 0 elsewhere; None when the inputs do not qualify");
+  m.def("fake_quant_apply", &apply, py::arg("x"), py::arg("amax"), py::arg("qmin"),
+        py::arg("qmax"), py::arg("check_negative"),
+        "fake_quant(x) with a C++ autograd node when x requires grad; None when the inputs do "
+        "not qualify (or, with check_negative, x holds a negative value)");
   m.def("empty_cache", [] { OutputPool::get().clear(); },
         "release the output buffers the kernels keep for reuse");
   m.def("pool_stats", [] { return OutputPool::get().stats(); },

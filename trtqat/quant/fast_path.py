@@ -1,0 +1,60 @@
+"""What a TensorQuantizer's forward runs, decided once per quantizer state (issue 35).
+
+A QAT step calls every quantizer twice (forward and backward) with the same state, so the
+checks and dispatch decisions of the common case - a stored integer range, fake quantization
+and no other stage - are taken once and kept in the quantizer's ``_hot`` tuple (:data:`FIELDS`).
+The tuple holds the amax it was decided for and that tensor's ``_version`` (-1: none, e.g.
+an amax made under ``torch.inference_mode``), and the kernels'
+:data:`~trtqat.quant._kernels.EPOCH`: a new or changed amax (assignment, ``load_state_dict``,
+``.to()``, an in-place write) or another kernel backend makes the forward decide again. Every
+other attribute the decision reads is reset by ``TensorQuantizer.__setattr__``.
+
+What stays per call is what a call can change: the input (its dtype, device, layout and shape,
+checked by the compiled kernel, which returns None for inputs it does not take, so that the
+general path handles them and raises its errors) and the global export switches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trtqat.errors import AmaxValueError
+from trtqat.quant import _kernels
+
+is_compiling = torch.compiler.is_compiling
+FIELDS = ("amax", "version", "epoch", "kernel", "qmin", "qmax", "unsigned", "plain")
+"""The ``_hot`` tuple: the amax decided for, its ``_version``, the kernels' epoch, the compiled
+entry point (None: none applies), the integer bounds, unsigned, and whether the plain
+fake-quant path applies at all (False: the staged forward)."""
+
+
+def decide(quantizer: Any, amax: torch.Tensor | None,
+           bounds: Callable[[int, bool, bool], tuple[int, int]]) -> tuple:
+    """The ``_hot`` tuple for ``quantizer`` as it is now (``amax``: its ``_amax`` buffer).
+
+    ``bounds(num_bits, unsigned, narrow_range)`` gives the integer range. Raises
+    :class:`AmaxValueError` when the stored amax became NaN or infinite after it was checked
+    (an in-place write): a non-finite range fails here as it fails on assignment.
+    """
+    q = quantizer
+    plain = (amax is not None and q._if_quant and q._fake_quant and q._plain_forward
+             and not (q._if_calib or q._if_clip) and q._scale_amax is None
+             and q._pre_quant_scale is None and "clip" not in q._modules
+             and type(q._num_bits) is int)
+    kernel, qmin, qmax = None, 0, 0
+    compiling = is_compiling()  # traced by torch.compile: no data-dependent check, no kernel
+    if plain:
+        if not compiling and not bool(torch.isfinite(amax).all()):
+            raise AmaxValueError(
+                f"{q._label()}: amax contains NaN or inf (it was changed in place after it "
+                "was set); set a finite amax or recalibrate")
+        qmin, qmax = bounds(q._num_bits, q._unsigned, q._narrow_range)
+        plain = qmax >= 1
+        if plain and not compiling and amax.device.type == "cpu":
+            kernel = _kernels.hot_kernel()
+    # -1: nothing to compare (no amax, traced, or an inference tensor: it has no version)
+    version = -1 if amax is None or compiling or amax.is_inference() else amax._version
+    return (amax, version, _kernels.EPOCH, kernel, qmin, qmax, bool(q._unsigned), plain)
