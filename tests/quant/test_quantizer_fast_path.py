@@ -190,6 +190,33 @@ def test_switching_the_kernels_redecides():
         _kernels.set_backend(before)
 
 
+def test_setting_the_same_kernels_again_keeps_every_decision():
+    """A benchmark or loop that sets the backend each step must not make every quantizer
+    decide again (on a GPU the decision's checks would stall the stream at each step)."""
+    before = _kernels._forced or None
+    try:
+        _kernels.set_backend(None)
+        epoch = _kernels.EPOCH
+        _kernels.set_backend(None)
+        assert _kernels.EPOCH == epoch
+        _kernels.set_backend("pytorch")
+        assert _kernels.EPOCH == epoch + 1
+    finally:
+        _kernels.set_backend(before)
+
+
+def test_deciding_reads_no_value_of_an_amax_off_the_cpu():
+    """The decision reads amax values on the CPU only: on a GPU a host read stalls every
+    re-decision and breaks CUDA-graph capture (a meta amax has no values to read)."""
+    from trtqat.quant import fast_path
+    from trtqat.quant.tensor_quantizer import _int_bounds
+
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0))
+    amax = torch.empty((), device="meta")
+    hot = fast_path.decide(q, amax, _int_bounds)
+    assert hot[7] and hot[3] is None  # the plain path, no compiled CPU entry point
+
+
 def test_errors_are_still_raised(backend):
     q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0))
     q(torch.randn(4))

@@ -42,6 +42,7 @@ _forced = ""  # "pytorch": pure-PyTorch kernels everywhere; "cpp"/"triton": that
 BACKEND = "pytorch"
 GPU_BACKEND: str | None = None
 EPOCH = 0  # bumped whenever the kernels in use may change (quantizers re-decide their path)
+_named: tuple | None = None  # what _names() last saw: backends, forcing and kernels
 
 _is_compiling = torch.compiler.is_compiling
 _fused_forward = _fused.fake_quant_forward
@@ -59,13 +60,16 @@ def check_input(x: torch.Tensor) -> None:
 
 
 def _names() -> None:
-    global BACKEND, GPU_BACKEND, EPOCH
-    EPOCH += 1
+    global BACKEND, GPU_BACKEND, EPOCH, _named
     if _forced == "pytorch":
         BACKEND, GPU_BACKEND = "pytorch", "pytorch"
-        return
-    BACKEND = "cpp" if _C is not None else "pytorch"
-    GPU_BACKEND = None if "cuda" in _pending else ("triton" if _triton is not None else "pytorch")
+    else:
+        BACKEND = "cpp" if _C is not None else "pytorch"
+        GPU_BACKEND = (None if "cuda" in _pending
+                       else ("triton" if _triton is not None else "pytorch"))
+    now = (BACKEND, GPU_BACKEND, _forced, _C, _triton)
+    if now != _named:  # only a real change makes the quantizers decide their path again
+        _named, EPOCH = now, EPOCH + 1
 
 
 def _resolve(device_type: str) -> None:

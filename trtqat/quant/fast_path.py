@@ -23,6 +23,9 @@ import torch
 
 from trtqat.errors import AmaxValueError
 from trtqat.quant import _kernels
+from trtqat.quant.amax import fits as _fits
+
+_fits_plain = _fits.__wrapped__  # what torch.compile traces (dynamo warns about the cache)
 
 is_compiling = torch.compiler.is_compiling
 FIELDS = ("amax", "version", "epoch", "kernel", "qmin", "qmax", "unsigned", "plain")
@@ -35,7 +38,8 @@ def decide(quantizer: Any, amax: torch.Tensor | None,
            bounds: Callable[[int, bool, bool], tuple[int, int]]) -> tuple:
     """The ``_hot`` tuple for ``quantizer`` as it is now (``amax``: its ``_amax`` buffer).
 
-    ``bounds(num_bits, unsigned, narrow_range)`` gives the integer range. Raises
+    ``bounds(num_bits, unsigned, narrow_range)`` gives the integer range (traced by
+    torch.compile: give an uncached function, dynamo warns about a cache wrapper). Raises
     :class:`AmaxValueError` when the stored amax became NaN or infinite after it was checked
     (an in-place write): a non-finite range fails here as it fails on assignment.
     """
@@ -47,7 +51,11 @@ def decide(quantizer: Any, amax: torch.Tensor | None,
     kernel, qmin, qmax = None, 0, 0
     compiling = is_compiling()  # traced by torch.compile: no data-dependent check, no kernel
     if plain:
-        if not compiling and not bool(torch.isfinite(amax).all()):
+        # on the CPU only: on a GPU the read would stall the stream at every re-decision
+        # (and cannot be captured in a CUDA graph); a learned amax gone non-finite there
+        # makes the loss non-finite, which the training loop refuses
+        if (not compiling and amax.device.type == "cpu"
+                and not bool(torch.isfinite(amax).all())):
             raise AmaxValueError(
                 f"{q._label()}: amax contains NaN or inf (it was changed in place after it "
                 "was set); set a finite amax or recalibrate")
@@ -58,3 +66,9 @@ def decide(quantizer: Any, amax: torch.Tensor | None,
     # -1: nothing to compare (no amax, traced, or an inference tensor: it has no version)
     version = -1 if amax is None or compiling or amax.is_inference() else amax._version
     return (amax, version, _kernels.EPOCH, kernel, qmin, qmax, bool(q._unsigned), plain)
+
+
+def fits(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
+    """:func:`trtqat.quant.amax.fits`; traced by torch.compile, its uncached function (dynamo
+    warns about, and traces through, the cache wrapper)."""
+    return (_fits_plain if is_compiling() else _fits)(amax_shape, input_shape)

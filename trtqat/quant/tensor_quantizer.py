@@ -39,6 +39,9 @@ def _int_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int,
     return quant_bounds(num_bits, unsigned, narrow_range)
 
 
+_int_bounds_plain = _int_bounds.__wrapped__  # traced by torch.compile
+
+
 def _flag(attr: str, doc: str) -> property:
     """A settable bool property kept in ``attr``."""
     return property(lambda self: getattr(self, attr),
@@ -283,7 +286,7 @@ class TensorQuantizer(nn.Module):
         # once per state (fast_path); plain dict reads (nn.Module.__getattr__ costs more)
         amax = self._buffers.get("_amax")
         if fast_path.is_compiling():  # traced: decided in the graph, nothing read or kept
-            hot = fast_path.decide(self, amax, _int_bounds)
+            hot = fast_path.decide(self, amax, _int_bounds_plain)
         elif ((hot := self._hot) is None or hot[0] is not amax or hot[2] != _kernels.EPOCH
                 or (hot[1] >= 0 and amax._version != hot[1])):
             hot = self.__dict__["_hot"] = fast_path.decide(self, amax, _int_bounds)
@@ -294,7 +297,7 @@ class TensorQuantizer(nn.Module):
             outputs = hot[3](inputs, amax, hot[4], hot[5], hot[6])
             if outputs is not None:
                 return outputs
-        if amax.numel() == 1 or fits(amax.shape, inputs.shape):
+        if amax.numel() == 1 or fast_path.fits(amax.shape, inputs.shape):
             if hot[6] and bool(inputs.min() < 0):
                 self._refuse_negative(inputs, amax)
             return _FakeQuant.apply(inputs, amax.detach() if amax.requires_grad else amax,
