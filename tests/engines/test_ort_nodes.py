@@ -83,3 +83,10 @@ def test_integer_engine_and_float_model_do_not_warn(tmp_path):
     fp32 = build_engine(make_conv_model(tmp_path / "fp32.onnx"), "ort", threads=1)
     assert fp32.header["compute_nodes"]["qdq_source"] is False
     assert mostly_float_note(fp32.header) is None  # float by design: nothing to warn about
+
+
+def test_note_names_the_most_frequent_float_ops_whatever_the_stored_order():
+    # a saved engine's sidecar (trtqat-exec --loadEngine) holds float_ops sorted by name
+    header = {"compute_nodes": {"qdq_source": True, "integer": 13, "float": 15, "float_ops": {
+        "Add": 3, "Conv": 1, "DepthToSpace": 1, "Div": 2, "Erf": 2, "Mul": 4, "Resize": 2}}}
+    assert "(most float: Mul 4, Add 3, Div 2)" in mostly_float_note(header)

@@ -45,8 +45,9 @@ def mostly_float_note(header: Mapping[str, Any]) -> str | None:
     integer, floating = int(summary.get("integer", 0)), int(summary.get("float", 0))
     if floating <= integer:
         return None
-    top = ", ".join(f"{op} {n}" for op, n in list((summary.get("float_ops") or {}).items())
-                    [:TOP_FLOAT])
+    # most frequent first: a loaded engine's sidecar stores the ops sorted by name
+    ops = sorted((summary.get("float_ops") or {}).items(), key=lambda kv: (-int(kv[1]), kv[0]))
+    top = ", ".join(f"{op} {n}" for op, n in ops[:TOP_FLOAT])
     return (f"INT8 (Q/DQ) model runs mostly in float on ONNX Runtime: {integer} integer vs "
             f"{floating} float compute nodes (most float: {top}); expect little or no INT8 "
             "speed-up over FP32")
