@@ -102,3 +102,21 @@ def test_quantize_skip_layers_and_errors():
         trtqat.compute_amax(model, "median")
     with pytest.raises(CalibrationError, match="no TensorQuantizer"):
         trtqat.collect_stats(nn.Sequential(nn.ReLU()), [torch.ones(1)], progress=False)
+
+
+def test_quantize_says_when_a_model_has_nothing_it_can_quantize():
+    """A model without a layer trtqat quantizes (transformers' GPT-2 uses its own Conv1D) is
+    one QuantConfigError from quantize() naming the model, not a calibration error that
+    tells the user to call quantize()."""
+    from trtqat.errors import QuantConfigError
+
+    with pytest.raises(QuantConfigError, match="no layer to quantize in Sequential: it "
+                                               "quantizes Conv"):
+        trtqat.quantize(nn.Sequential(nn.ReLU(), nn.Flatten()), forward_loop=[torch.ones(1, 2)])
+    with pytest.raises(QuantConfigError, match=r"skip_layers \['\*'\] match every layer"):
+        trtqat.quantize(nn.Sequential(nn.Linear(2, 2)), trtqat.QuantConfig(skip_layers=("*",)))
+    transformers = pytest.importorskip("transformers")
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_embd=8, n_layer=1, n_head=2,
+                                                          vocab_size=16, n_positions=8))
+    with pytest.raises(QuantConfigError, match="GPT2Model: decoder Hugging Face models"):
+        trtqat.quantize(gpt2, forward_loop=[{"input_ids": torch.ones(1, 4, dtype=torch.long)}])
