@@ -120,3 +120,23 @@ def test_quantize_says_when_a_model_has_nothing_it_can_quantize():
                                                           vocab_size=16, n_positions=8))
     with pytest.raises(QuantConfigError, match="GPT2Model: decoder Hugging Face models"):
         trtqat.quantize(gpt2, forward_loop=[{"input_ids": torch.ones(1, 4, dtype=torch.long)}])
+
+
+def test_attention_note_only_for_models_that_have_attention(caplog):
+    """A Hugging Face model without attention (ConvNeXt) was told its attention was left in
+    float; a model whose attention trtqat cannot wire (GPT-2's) still is."""
+    import logging
+
+    from trtqat.errors import QuantConfigError
+
+    transformers = pytest.importorskip("transformers")
+    convnext = transformers.ConvNextModel(transformers.ConvNextConfig(
+        num_stages=1, hidden_sizes=[8], depths=[1])).eval()
+    with caplog.at_level(logging.WARNING):
+        trtqat.quantize(convnext)
+    assert not [r for r in caplog.records if "attention left in float" in r.getMessage()]
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_embd=8, n_layer=1, n_head=2,
+                                                          vocab_size=16, n_positions=8))
+    with caplog.at_level(logging.WARNING), pytest.raises(QuantConfigError, match="decoder"):
+        trtqat.quantize(gpt2)
+    assert [r for r in caplog.records if "attention left in float" in r.getMessage()]
