@@ -140,3 +140,16 @@ def test_attention_note_only_for_models_that_have_attention(caplog):
     with caplog.at_level(logging.WARNING), pytest.raises(QuantConfigError, match="decoder"):
         trtqat.quantize(gpt2)
     assert [r for r in caplog.records if "attention left in float" in r.getMessage()]
+
+
+def test_an_all_zero_weight_is_named_as_such_not_as_missing_data():
+    """torchvision's ViT head starts at zero: its weight quantizer's amax is 0 whatever the
+    calibration data, so the error says so instead of asking for data reaching the layer."""
+    from trtqat.errors import AmaxValueError
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3))
+    nn.init.zeros_(model[2].weight)
+    with pytest.raises(AmaxValueError, match=r"'2\._weight_quantizer': amax is 0, so nothing "
+                                             r"can be represented: the layer's weights are all "
+                                             r"zero .* or keep the layer in float"):
+        trtqat.quantize(model, forward_loop=[torch.randn(2, 4)])
