@@ -45,6 +45,9 @@ def test_the_metric_follows_the_files_family_else_its_output():
     assert check_metric(_stamped(logits, family="encoder")) == "cosine"
     assert check_metric(_stamped(maps, family="detect")) == "detection"
     assert check_metric(_stamped(logits, task="sentence-embedding")) == "cosine"
+    # a Hugging Face encoder's classification head (its export stamps the task): top-1
+    assert check_metric(_stamped(logits, family="encoder", task="classification")) == "top1"
+    assert check_metric(_stamped(maps, family="encoder", task="feature-extraction")) == "cosine"
     assert check_metric(logits) == "top1"  # no metadata: [batch, classes] is a classifier
     assert check_metric(maps) == "cosine"  # feature maps have no top-1
     assert check_metric(logits, embedding=True) == "cosine"

@@ -50,8 +50,8 @@ def test_mostly_float_qdq_build_warns_once(tmp_path, caplog):
                           "--out", str(tmp_path / "m.engine")]) == 0
     lines = _warnings(caplog)
     assert len(lines) == 1
-    # ORT fuses Sigmoid * Mul into QuickGelu (x * sigmoid(x)): two float kernels
-    assert "0 integer vs 2 float compute nodes (most float: Conv 1, QuickGelu 1)" in lines[0]
+    # ORT fuses Sigmoid * Mul into QuickGelu (x * sigmoid(x)): float, but not a conv/matmul
+    assert "0 integer vs 1 float convolution/matmul nodes (most float: Conv 1)" in lines[0]
     # the counts travel with the saved engine (trtqat-exec --loadEngine reads them)
     assert load_engine(tmp_path / "m.engine").header["compute_nodes"]["float"] == 2
 
@@ -83,3 +83,18 @@ def test_integer_engine_and_float_model_do_not_warn(tmp_path):
     fp32 = build_engine(make_conv_model(tmp_path / "fp32.onnx"), "ort", threads=1)
     assert fp32.header["compute_nodes"]["qdq_source"] is False
     assert mostly_float_note(fp32.header) is None  # float by design: nothing to warn about
+
+
+def test_note_weighs_convolutions_and_matmuls_most_frequent_first():
+    """Float LayerNorm/GELU/Mul around integer convs (ConvNeXt, transformers) are no reason to
+    warn; float convs are, named by count whatever order a loaded sidecar stores them in."""
+    ops = {"Add": 13, "Conv": 12, "Erf": 12, "LayerNormalization": 17, "Mul": 38}
+    convnext = {"compute_nodes": {"qdq_source": True, "integer": 53, "float": 105,
+                                  "integer_ops": {"QLinearConv": 17, "QLinearMatMul": 12,
+                                                  "QLinearAdd": 24}, "float_ops": ops}}
+    assert mostly_float_note(convnext) is None
+    header = {"compute_nodes": {"qdq_source": True, "integer": 13, "float": 40, "integer_ops": {
+        "QLinearConv": 3, "QLinearAdd": 10}, "float_ops": {
+            "Add": 9, "Conv": 3, "FusedConv": 5, "Gemm": 1, "MatMul": 3, "Relu": 8}}}
+    assert ("3 integer vs 12 float convolution/matmul nodes (most float: FusedConv 5, Conv 3, "
+            "MatMul 3)") in mostly_float_note(header)

@@ -102,3 +102,54 @@ def test_quantize_skip_layers_and_errors():
         trtqat.compute_amax(model, "median")
     with pytest.raises(CalibrationError, match="no TensorQuantizer"):
         trtqat.collect_stats(nn.Sequential(nn.ReLU()), [torch.ones(1)], progress=False)
+
+
+def test_quantize_says_when_a_model_has_nothing_it_can_quantize():
+    """A model without a layer trtqat quantizes (transformers' GPT-2 uses its own Conv1D) is
+    one QuantConfigError from quantize() naming the model, not a calibration error that
+    tells the user to call quantize()."""
+    from trtqat.errors import QuantConfigError
+
+    with pytest.raises(QuantConfigError, match="no layer to quantize in Sequential: it "
+                                               "quantizes Conv"):
+        trtqat.quantize(nn.Sequential(nn.ReLU(), nn.Flatten()), forward_loop=[torch.ones(1, 2)])
+    with pytest.raises(QuantConfigError, match=r"skip_layers \['\*'\] match every layer"):
+        trtqat.quantize(nn.Sequential(nn.Linear(2, 2)), trtqat.QuantConfig(skip_layers=("*",)))
+    transformers = pytest.importorskip("transformers")
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_embd=8, n_layer=1, n_head=2,
+                                                          vocab_size=16, n_positions=8))
+    with pytest.raises(QuantConfigError, match="GPT2Model: decoder Hugging Face models"):
+        trtqat.quantize(gpt2, forward_loop=[{"input_ids": torch.ones(1, 4, dtype=torch.long)}])
+
+
+def test_attention_note_only_for_models_that_have_attention(caplog):
+    """A Hugging Face model without attention (ConvNeXt) was told its attention was left in
+    float; a model whose attention trtqat cannot wire (GPT-2's) still is."""
+    import logging
+
+    from trtqat.errors import QuantConfigError
+
+    transformers = pytest.importorskip("transformers")
+    convnext = transformers.ConvNextModel(transformers.ConvNextConfig(
+        num_stages=1, hidden_sizes=[8], depths=[1])).eval()
+    with caplog.at_level(logging.WARNING):
+        trtqat.quantize(convnext)
+    assert not [r for r in caplog.records if "attention left in float" in r.getMessage()]
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_embd=8, n_layer=1, n_head=2,
+                                                          vocab_size=16, n_positions=8))
+    with caplog.at_level(logging.WARNING), pytest.raises(QuantConfigError, match="decoder"):
+        trtqat.quantize(gpt2)
+    assert [r for r in caplog.records if "attention left in float" in r.getMessage()]
+
+
+def test_an_all_zero_weight_is_named_as_such_not_as_missing_data():
+    """torchvision's ViT head starts at zero: its weight quantizer's amax is 0 whatever the
+    calibration data, so the error says so instead of asking for data reaching the layer."""
+    from trtqat.errors import AmaxValueError
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3))
+    nn.init.zeros_(model[2].weight)
+    with pytest.raises(AmaxValueError, match=r"'2\._weight_quantizer': amax is 0, so nothing "
+                                             r"can be represented: the layer's weights are all "
+                                             r"zero .* or keep the layer in float"):
+        trtqat.quantize(model, forward_loop=[torch.randn(2, 4)])

@@ -4,10 +4,11 @@ the file's input quantizers cover (:func:`synthetic_check_feeds`).
 
 Metric, first rule that applies:
 
-1. the file's ``trtqat.family`` metadata: ``cnn`` and ``vit`` -> ``top1``, ``encoder`` ->
+1. the file's ``trtqat.task`` metadata: ``classification`` -> ``top1``, ``detection`` ->
+   ``detection``, an embedding task -> ``cosine`` (a Hugging Face encoder's classification
+   head is ``classification``, its hidden states ``feature-extraction``);
+2. its ``trtqat.family`` metadata: ``cnn`` and ``vit`` -> ``top1``, ``encoder`` ->
    ``cosine``, ``detect`` -> ``detection``;
-2. its ``trtqat.task`` metadata: ``classification`` -> ``top1``, ``detection`` ->
-   ``detection``, an embedding task -> ``cosine``;
 3. no metadata: embeddings (an output named ``*embedding*`` or unit-norm rows) -> ``cosine``;
    a first output of rank 2 with more than one column (``[batch, classes]``) -> ``top1``;
    anything else (feature maps, hidden states) -> ``cosine``, where a top-1 over the last axis
@@ -50,7 +51,8 @@ def check_metric(model: onnx.ModelProto, outputs: Sequence[np.ndarray] = (),
     ``outputs``: reference values of its first output, ``embedding``: they look like
     embeddings (:func:`trtqat.engines.ort_inspect.is_embedding_output`)."""
     meta = {p.key: p.value for p in model.metadata_props}
-    for key, table in (("trtqat.family", FAMILY_METRICS), ("trtqat.task", TASK_METRICS)):
+    # the task first: an encoder's classification head (``logits``) is checked by top-1
+    for key, table in (("trtqat.task", TASK_METRICS), ("trtqat.family", FAMILY_METRICS)):
         if meta.get(key) in table:
             return table[meta[key]]
     if embedding:

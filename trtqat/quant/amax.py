@@ -28,6 +28,9 @@ def fits(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
     return broadcasts(amax_shape, input_shape)
 
 
+ALL_ZERO = "amax is 0, so nothing can be represented"
+
+
 def checked_amax(value, label: str | Callable[[], str]) -> torch.Tensor:
     """``value`` as a float32 tensor; TypeError if not numeric, ValueError if it cannot be a
     range (empty, NaN, infinite, negative or all zero). ``label`` (or what it returns, asked
@@ -35,7 +38,13 @@ def checked_amax(value, label: str | Callable[[], str]) -> torch.Tensor:
     try:
         return _checked(value)
     except (QuantTypeError, AmaxValueError) as exc:
-        raise type(exc)(f"{label() if callable(label) else label}: {exc}") from exc.__cause__
+        name = label() if callable(label) else label
+        text = str(exc)
+        if text.startswith(ALL_ZERO) and "_weight_quantizer" in name:  # no data would help
+            text = (f"{ALL_ZERO}: the layer's weights are all zero (an untrained, "
+                    "zero-initialised layer, such as a new torchvision ViT head); load or "
+                    "train its weights first, or keep the layer in float (skip_layers)")
+        raise type(exc)(f"{name}: {text}") from exc.__cause__
 
 
 def _checked(value) -> torch.Tensor:
@@ -54,9 +63,8 @@ def _checked(value) -> torch.Tensor:
         raise AmaxValueError(f"amax is negative ({amax.min().item():g}); amax is a "
                              "magnitude and must be > 0")
     if bool((amax == 0).all()):
-        raise AmaxValueError(
-            "amax is 0, so nothing can be represented; calibrate on data that "
-            "reaches this layer, or disable this quantizer")
+        raise AmaxValueError(f"{ALL_ZERO}; calibrate on data that reaches this layer, or "
+                             "disable this quantizer")
     return amax
 
 

@@ -13,6 +13,7 @@ Quant* layers and their quantizers; ``quantize`` adds what the placement needs.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -67,6 +68,8 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
         raise QuantConfigError("quantize() takes a model that contains layers, not a single "
                                "layer: use QuantXxx.from_float(layer)")
     placement = place(model, cfg)
+    if not any(True for _ in quantizers(model)):
+        raise QuantConfigError(nothing_to_quantize(model, cfg))
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
     marked = getattr(model, "trtqat_float_layers", None)
@@ -82,6 +85,22 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
         calibrate(model, forward_loop, cfg.method or default_method(placement),
                   percentile=cfg.percentile, num_batches=cfg.num_batches)
     return model
+
+
+def nothing_to_quantize(model: nn.Module, cfg: QuantConfig) -> str:
+    """Why ``quantize`` found no layer to quantize in ``model``, and what to do."""
+    name = type(model).__name__
+    if cfg.skip_layers:
+        return (f"quantize() left nothing to quantize in {name}: skip_layers "
+                f"{list(cfg.skip_layers)} match every layer it could quantize")
+    transformers = sys.modules.get("transformers")  # a model of it means it is imported
+    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
+        return (f"quantize() found no layer to quantize in {name}: decoder Hugging Face models "
+                "(GPT-2, Llama, ...) are not supported; trtqat quantizes encoders (BERT, "
+                "RoBERTa, ViT, ...) and image models")
+    return (f"quantize() found no layer to quantize in {name}: it quantizes Conv, "
+            "ConvTranspose, Linear, matmul and attention layers (TensorRT's INT8 layers), "
+            "and the model has none that it can see")
 
 
 def held(model: nn.Module, patterns: Sequence[str]) -> tuple[str, ...]:

@@ -98,6 +98,21 @@ def check_preprocess_applies(cfg: Any, data: str | None) -> None:
                           "drop it (it applies to image folders)")
 
 
+def check_array_size(cfg: Any, data: str | None, size: tuple[int, int]) -> None:
+    """Refuse an ``--image-size`` other than the ``size`` of the arrays ``data`` holds: an
+    array file's images are used as they are (never resized or cropped)."""
+    given = getattr(cfg, "image_size", None)
+    if given is None or data is None:
+        return
+    from trtqat.arrays import is_array_spec
+    from trtqat.sizes import hw, size_text
+
+    if is_array_spec(str(data)) and hw(given) != tuple(size):
+        raise ConfigError(f"--image-size {size_text(given)} does not match --data {data}: its "
+                          f"images are {size_text(size)} and arrays are used as they are; "
+                          f"drop --image-size (or pass {size_text(size)})")
+
+
 def check_schedule(cfg: Any) -> None:
     """The optimizer options a config gives (None: derived later): ranges and --opt."""
     check_positive(cfg, "epochs", "lr", allow_none=True)

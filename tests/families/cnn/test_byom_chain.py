@@ -29,7 +29,7 @@ def user(tmp_path_factory):
     return root
 
 
-def test_own_model_from_flat_folder_to_ort_engine(user, tmp_path, capsys):
+def test_own_model_from_flat_folder_to_ort_engine(user, tmp_path, capsys, caplog):
     ptq, qat, exported = tmp_path / "runs" / "ptq", tmp_path / "runs" / "qat", tmp_path / "onnx"
     assert main(["calibrate", "--model", f"{user / 'my_net.py'}:make", "--weights",
                  str(user / "my_net.pt"), "--data", str(user / "calib"), "--image-size", "16",
@@ -43,6 +43,10 @@ def test_own_model_from_flat_folder_to_ort_engine(user, tmp_path, capsys):
 
     assert main(["qat", "--checkpoint", str(ptq), "--data", str(user / "labelled"),
                  "--epochs", "1", "--batch-size", "4", "--out", str(qat), *FAST]) == 0
+    # no FP32 run to derive the schedule from: the warning says what is assumed and the fix
+    assumed = [r.getMessage() for r in caplog.records if "no FP32 training run" in r.getMessage()]
+    assert len(assumed) == 1 and "1 epochs from lr " in assumed[0]
+    assert "pass --epochs and --lr" in assumed[0]
     assert main(["export", "--checkpoint", str(qat), "--variant", "int8", "--out",
                  str(exported), "--dynamic", "batch,height,width"]) == 0
     onnx_path = exported / "my_net.make-qat-int8.onnx"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from byom_testlib import write_image_folder, write_pngs
+from byom_testlib import write_image_folder, write_model, write_pngs
 
 from trtqat.arrays import load_array
 from trtqat.errors import TrtqatError
@@ -85,6 +85,23 @@ def test_npy_and_npz_arrays(tmp_path):
         calibration_datasets(str(tmp_path / "g.npy"), prep)
     with pytest.raises(TrtqatError, match="no such file"):
         load_array(tmp_path / "missing.npy")
+
+
+def test_image_size_other_than_the_arrays_is_refused(tmp_path, capsys):
+    """Arrays are used at their own size: a different --image-size was silently ignored."""
+    from trtqat.cli import main
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((2, 3, 10, 8)).astype(
+        np.float32))
+    out = tmp_path / "ptq"
+    argv = ["calibrate", "--model", f"{write_model(tmp_path)}:make", "--data",
+            str(tmp_path / "x.npy"), "--out", str(out), "--device", "cpu", "--no-progress"]
+    capsys.readouterr()
+    assert main([*argv, "--image-size", "16"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--image-size 16x16 does not match --data" in err[0]
+    assert "its images are 10x8" in err[0] and not out.exists()
+    assert main([*argv, "--image-size", "10x8"]) == 0
 
 
 def test_preprocess_checks():

@@ -104,6 +104,19 @@ def test_a_model_folder_without_a_tokenizer_is_refused_in_one_line(tmp_path, cap
     assert not (tmp_path / "run").exists()
 
 
+def test_a_decoder_folder_is_refused_before_anything_is_loaded(tmp_path, capsys):
+    """A GPT-2 folder was asked for a tokenizer, then failed on its attention, naming
+    trtqat's SentenceEncoder: now one line naming the folder's model and that it decodes."""
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))  # no weights needed
+    rc = main(["calibrate", "--model", str(folder), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and not (tmp_path / "run").exists()
+    assert "holds a gpt2 model (GPT2LMHeadModel), a decoder: trtqat takes encoders" in err[0]
+
+
 def test_a_distilbert_folder_goes_through_calibrate_and_export(tmp_path, capsys):
     from tiny_bert import SPECIALS
 

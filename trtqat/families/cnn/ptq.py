@@ -65,6 +65,7 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
                               num_classes=train_args.get("num_classes") or cfg.num_classes,
                               distributed=ctx.distributed)
         prep = batches.info["prep"]  # an array's own size and channels
+        R.check_array_size(cfg, data, prep.size)
         if src is not None:
             model = family.load(src, quantized=True)
         else:

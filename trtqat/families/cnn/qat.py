@@ -78,9 +78,13 @@ def finetune_classifier(cfg: QATConfig, family: Any, src: dict[str, Any]) -> Sta
                                     "a `trtqat train` run, so QAT has no training data to "
                                     "inherit: pass --data (an ImageFolder with train/ and "
                                     "val/, or digits)")
-            log.warning("%s records no FP32 run options: QAT defaults assume the %s ones",
-                        cfg.checkpoint, "`trtqat train`")
         r = family.recipe("qat", cfg, src)
+        if not train_args and (cfg.epochs is None or cfg.lr is None):
+            log.warning("%s records no FP32 training run, so QAT assumes `trtqat train`'s "
+                        "schedule (%s epochs from lr %g): pass --epochs and --lr for your "
+                        "model's FP32 training (TensorRT's rule: about 10%% of its epochs "
+                        "from 1%% of its learning rate)", cfg.checkpoint, r["epochs"],
+                        r["lr"])
         R.check_preprocess_applies(cfg, r["data"])
         prep = preprocess_of(cfg, spec.get("preprocess"), spec.get("image_size")
                              or r["image_size"])

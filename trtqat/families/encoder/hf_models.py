@@ -22,12 +22,20 @@ def is_hf_encoder(model: Any) -> bool:
     transformers = sys.modules.get("transformers")  # a model of it means it is imported
     if transformers is None or not isinstance(model, transformers.PreTrainedModel):
         return False
-    config = model.config
-    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+    return is_encoder_config(model.config)
+
+
+def is_encoder_config(config: Any) -> bool:
+    """True for the config (a ``PretrainedConfig`` or ``config.json``'s dict) of an encoder:
+    neither a decoder nor an encoder-decoder, nor of a decoder-only architecture."""
+    def get(key: str) -> Any:
+        return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+    if get("is_decoder") or get("is_encoder_decoder"):
         return False
     from transformers.models.auto import modeling_auto
 
-    kind = getattr(config, "model_type", "")
+    kind = get("model_type") or ""
     decoder_only = (kind in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
                     and kind not in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
     return not decoder_only
@@ -51,4 +59,4 @@ def takes_token_ids(model: nn.Module) -> bool:
     return forward_params(model)[:1] == ["input_ids"]
 
 
-__all__ = ["forward_params", "is_hf_encoder", "takes_token_ids"]
+__all__ = ["forward_params", "is_encoder_config", "is_hf_encoder", "takes_token_ids"]

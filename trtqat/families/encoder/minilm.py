@@ -27,6 +27,10 @@ class ModelNotFoundError(TrtqatError, FileNotFoundError):
     """The encoder folder (or the package that ships it) is missing."""
 
 
+class NotAnEncoderError(TrtqatError, ValueError):
+    """The model folder holds a decoder (GPT-2, Llama, ...) or an encoder-decoder."""
+
+
 def model_dir(arch: str | Path = MINILM) -> Path:
     """The folder of ``arch``: ``"minilm"`` (the packaged model) or a model folder path."""
     if str(arch) == MINILM:
@@ -44,7 +48,28 @@ def model_dir(arch: str | Path = MINILM) -> Path:
             f"{path} is not a Hugging Face model folder (no config.json): pass --model minilm "
             "or the folder of a BERT-family model saved with save_pretrained"
         )
+    if str(arch) != MINILM:
+        _check_encoder(path)
     return path
+
+
+def _check_encoder(path: Path) -> None:
+    """Refuse a folder whose ``config.json`` describes a decoder, before anything is loaded."""
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+        from trtqat.families.encoder.hf_models import is_encoder_config
+
+        encoder = not isinstance(config, dict) or is_encoder_config(config)
+    except (OSError, ValueError, ImportError):  # unreadable here: loading it will say why
+        return
+    if not encoder:
+        kind = config.get("model_type") or "?"
+        raise NotAnEncoderError(
+            f"{path} holds a {kind} model ({', '.join(config.get('architectures') or [kind])}),"
+            " a decoder: trtqat takes encoders (BERT, DistilBERT, RoBERTa, ... saved with "
+            "save_pretrained), not decoder models such as GPT-2 or Llama")
 
 
 # what save_pretrained writes for a tokenizer (fast, WordPiece, BPE, SentencePiece)

@@ -75,8 +75,9 @@ def _attention_plugins(model: nn.Module, cfg: QuantConfig, desc: QuantDescriptor
             for name in quantize_attention(model, desc):
                 result.added.append((name, "hf-attention"))
             result.attention = True
-        except QuantConfigError as exc:
-            result.notes.append(f"Hugging Face attention left in float: {exc}")
+        except QuantConfigError as exc:  # said only where there is attention to leave
+            if any("attention" in type(m).__name__.lower() for m in model.modules()):
+                result.notes.append(f"Hugging Face attention left in float: {exc}")
 
 
 def _multihead(model: nn.Module, flow: ModelFlow, cfg: QuantConfig, desc: QuantDescriptor,
