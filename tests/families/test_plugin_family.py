@@ -57,6 +57,7 @@ def test_a_plugin_family_runs_every_stage(mlp_registered, tmp_path, capsys):
     report = json.loads({p.key: p.value for p in built.metadata_props}["trtqat.cpu_reencode"])
     assert set(report["skipped_passes"]) == {"fold_constants", "fold_batchnorm",
                                              "reducemean_to_gap", "unify_quantizers",
-                                             "output_quantizers", "absorb_clips",
-                                             "fuse_matmul_epilogues", "float_output_convs"}
+                                             "integer_activations", "output_quantizers",
+                                             "absorb_clips", "fuse_matmul_epilogues",
+                                             "float_output_convs"}
     assert report["passes"]["gemm_bias_quantized"] == 2
