@@ -6,8 +6,9 @@
 2. attention: Hugging Face attention (``trtqat.quant.plugins.attention``) and
    ``nn.MultiheadAttention`` (``trtqat.quant.plugins.multihead``);
 3. the graph rules (:mod:`.rules`) on every module FX can trace, with shared scales
-   (:mod:`.groups`); a module that cannot be traced keeps its layers' quantizers, and one
-   NOTE line names those modules.
+   (:mod:`.groups`); a module that cannot be traced keeps its layers' quantizers and gets
+   its own matmul/linear/attention/concat calls quantized where it makes them
+   (:mod:`trtqat.quant.plugins.calls`), and one NOTE line names those modules.
 """
 
 from __future__ import annotations
@@ -224,10 +225,12 @@ def _report(model: nn.Module, result: Placement) -> None:
     if result.untraced:
         names = [f"{p or type(model).__name__} ({why})" for p, why in result.untraced.items()]
         shown = "; ".join(names[:4]) + (f"; +{len(names) - 4} more" if len(names) > 4 else "")
-        products = (" and the matmul/linear/attention calls of their own code"
-                    if result.hooked else "")
+        if result.hooked:
+            keep = ("their layers' Q/DQ, and the matmul/linear/attention/concat calls of "
+                    "their own code are quantized where called (no residual rule inside)")
+        else:
+            keep = "their layers' Q/DQ only (no residual/concat/attention rules inside)"
         result.notes.insert(0, f"{len(names)} module(s) could not be traced, so they keep "
-                               f"their layers' Q/DQ{products} only (no residual/concat rules "
-                               f"inside): {shown}")
+                               f"{keep}: {shown}")
     for note in result.notes:
         log.warning("NOTE %s", note)
