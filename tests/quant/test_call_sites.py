@@ -65,6 +65,8 @@ def test_untraceable_module_matmuls_get_qdq_and_run_integer(tmp_path):
     # the Concat's inputs and its consumer share one scale with the layer reading its input
     shared = sites["forward_l8_cat"]._input_quantizer
     assert model.attn.qkv._input_quantizer is shared is model.attn.fuse._input_quantizer
+    assert "attn._trtqat_calls.sites._gram_l1_matmul._other_quantizer  [calls]" in \
+        trtqat.describe(model)
     result = trtqat.export_onnx(model, x[:2], tmp_path / "m.onnx", variant="int8")
     assert result.passed  # ONNX Runtime matches the fake-quant PyTorch model
     graph = onnx.load(str(result.path)).graph
