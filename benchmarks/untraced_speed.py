@@ -5,8 +5,9 @@ README's Python route: ``trtqat.quantize(model, forward_loop=...)`` (max calibra
 random images), ``trtqat.export_onnx`` in the ``int8`` and ``fp32`` variants, and
 ``trtqat.build_engine`` (ORT CPU provider, 1 thread). Printed per model: the integer share
 of the INT8 engine's conv/matmul nodes, the TensorRT lint warnings, and the latencies of
-the two engines timed interleaved (``--rounds`` rounds, batch 1) with their medians, the
-FP32/INT8 ratio and the spread of that ratio over the round pairs (interquartile range).
+the engines timed interleaved (``--rounds`` rounds, batch 1) with their medians, the
+FP32/INT8 ratio and the spread of that ratio over the rounds (interquartile range).
+``--baseline`` adds the INT8 engine with the untraceable modules' products left float.
 
     python benchmarks/untraced_speed.py --models efficientvit_b0,mobilevit_xxs --size 64
 """
@@ -42,35 +43,57 @@ def integer_share(engine) -> tuple[int, int]:
             sum(v for k, v in counts["float"].items() if k in FLOAT_PRODUCTS))
 
 
-def measure(name: str, size: int, rounds: int, out: Path) -> dict:
-    """Quantize, export and build ``name``; time its INT8 and FP32 engines interleaved."""
+def _quantized(name: str, images: torch.Tensor, call_sites: bool) -> torch.nn.Module:
+    """``name`` built with random weights and quantized; ``call_sites=False`` leaves the
+    products of untraceable modules float (trtqat before call-site quantization)."""
+    import importlib
+
     import timm
+
+    place_module = importlib.import_module("trtqat.quant.placement.place")
 
     torch.manual_seed(0)
     model = timm.create_model(name, pretrained=False, num_classes=10).eval()
-    images = torch.randn(8, 3, size, size)
-    trtqat.quantize(model, {"method": "max"},
-                    forward_loop=lambda m: [m(images[i:i + 4]) for i in (0, 4)])
-    engines, lint = {}, []
-    for variant in ("int8", "fp32"):
-        result = trtqat.export_onnx(model.eval(), images[:1], out / f"{name}-{variant}.onnx",
+    saved = place_module.hook_calls
+    if not call_sites:
+        place_module.hook_calls = lambda *args, **kwargs: False
+    try:
+        trtqat.quantize(model, {"method": "max"},
+                        forward_loop=lambda m: [m(images[i:i + 4]) for i in (0, 4)])
+    finally:
+        place_module.hook_calls = saved
+    return model.eval()
+
+
+def measure(name: str, size: int, rounds: int, out: Path, baseline: bool) -> dict:
+    """Quantize, export and build ``name``; time its engines interleaved."""
+    images = torch.randn(8, 3, size, size, generator=torch.Generator().manual_seed(0))
+    engines, lint, shares = {}, [], {}
+    kinds = [("int8", True), ("fp32", True)] + ([("int8 float-products", False)]
+                                                if baseline else [])
+    for label, sites in kinds:
+        model = _quantized(name, images, sites)
+        variant = label.split()[0]
+        result = trtqat.export_onnx(model, images[:1], out / f"{name}-{label[:8]}.onnx",
                                     variant=variant)
-        if variant == "int8":
+        if label == "int8":
             lint = [w.line() for w in result.lint.warnings] if result.lint else []
-        engines[variant] = trtqat.build_engine(result.path, threads=1)
-    ints, floats = integer_share(engines["int8"])
+        engines[label] = trtqat.build_engine(result.path, threads=1)
+        if variant == "int8":
+            shares[label] = integer_share(engines[label])
     feed = {engines["int8"].inputs[0].name: images[:1].numpy()}
     runners = {k: e.runner(threads=1) for k, e in engines.items()}
     for r in runners.values():
         r.activate()
     times = interleaved(runners, feed, rounds, warmup=5)
-    ratios = [f / i for f, i in zip(times["fp32"], times["int8"])]
-    q = np.percentile(ratios, [25, 75])
-    return {"model": name, "integer": ints, "float": floats, "lint": lint,
-            "int8_ms": statistics.median(times["int8"]),
-            "fp32_ms": statistics.median(times["fp32"]),
-            "ratio": statistics.median(times["fp32"]) / statistics.median(times["int8"]),
-            "ratio_iqr": (float(q[0]), float(q[1]))}
+    rows = {}
+    for label in engines:
+        ratios = [f / i for f, i in zip(times["fp32"], times[label])]
+        rows[label] = {"ms": statistics.median(times[label]),
+                       "ratio": statistics.median(times["fp32"]) /
+                       statistics.median(times[label]),
+                       "ratio_iqr": tuple(float(v) for v in np.percentile(ratios, [25, 75]))}
+    return {"model": name, "shares": shares, "lint": lint, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,17 +102,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="efficientvit_b0,mobilevit_xxs")
     p.add_argument("--size", type=int, default=64, help="input height = width")
     p.add_argument("--rounds", type=int, default=200, help="interleaved rounds")
+    p.add_argument("--baseline", action="store_true",
+                   help="also time the INT8 engine with the products of untraceable modules "
+                        "left float (as before call-site quantization)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="trtqat-untraced-") as tmp:
         for name in args.models.split(","):
-            r = measure(name, args.size, args.rounds, Path(tmp))
-            share = r["integer"] / max(1, r["integer"] + r["float"])
-            print(f"{name} {args.size}px bs1 1 thread: integer conv/matmul {r['integer']}/"
-                  f"{r['integer'] + r['float']} ({share:.0%}); INT8 {r['int8_ms']:.3f} ms, "
-                  f"FP32 {r['fp32_ms']:.3f} ms, FP32/INT8 {r['ratio']:.2f}x (round pairs "
-                  f"IQR {r['ratio_iqr'][0]:.2f}-{r['ratio_iqr'][1]:.2f}); "
-                  f"{len(r['lint'])} lint warning(s)")
+            r = measure(name, args.size, args.rounds, Path(tmp), args.baseline)
+            print(f"{name} {args.size}px, batch 1, 1 thread, {args.rounds} interleaved rounds, "
+                  f"{len(r['lint'])} lint warning(s):")
+            for label, row in r["rows"].items():
+                share = ""
+                if label in r["shares"]:
+                    i, f = r["shares"][label]
+                    share = f", integer conv/matmul {i}/{i + f} ({i / max(1, i + f):.0%})"
+                print(f"  {label:22s} {row['ms']:.3f} ms, FP32/this {row['ratio']:.2f}x (per "
+                      f"round IQR {row['ratio_iqr'][0]:.2f}-{row['ratio_iqr'][1]:.2f}){share}")
             for line in r["lint"]:
                 print(f"  {line}")
 
