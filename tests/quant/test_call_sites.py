@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import onnx
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,7 @@ import trtqat
 from trtqat.quant.placement import place
 from trtqat.quant.plugins.calls import call_sites
 from trtqat.quant.plugins.matmul import QuantMatMul
+from trtqat.quant.tensor_quantizer import TensorQuantizer
 
 
 def _gram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -107,7 +110,7 @@ class Inner(nn.Module):
         return a @ a.transpose(1, 2) @ a
 
 
-def test_call_sites_skip_children_and_survive_a_checkpoint():
+def test_call_sites_skip_children_survive_a_checkpoint_and_compile_as_float(caplog):
     torch.manual_seed(0)
     batches = [torch.randn(2, 3, 6) for _ in range(2)]
     model = trtqat.quantize(Products().eval(), {"method": "max"}, forward_loop=batches)
@@ -125,3 +128,15 @@ def test_call_sites_skip_children_and_survive_a_checkpoint():
     restored.load_state_dict(model.state_dict())  # sites created from the checkpoint's keys
     with torch.no_grad():
         torch.testing.assert_close(restored(batches[0]), expected)
+    # torch.compile cannot run the call sites: it computes those products in float, as the
+    # eager model does with them disabled (not something in between), and says so
+    for _, site in call_sites(restored):
+        for q in site.modules():
+            if isinstance(q, TensorQuantizer):
+                q.disable()
+    with torch.no_grad(), caplog.at_level(logging.WARNING):
+        float_sites = restored(batches[0])
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="eager")(batches[0])
+    torch.testing.assert_close(compiled, float_sites)
+    assert "torch.compile runs Products's own" in caplog.text

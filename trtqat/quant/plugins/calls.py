@@ -25,6 +25,7 @@ Q/DQ on both inputs of each product.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -41,6 +42,8 @@ from trtqat.quant.descriptor import QUANT_DESC_8BIT_LINEAR_WEIGHT_PER_ROW, Quant
 from trtqat.quant.plugins.matmul import QuantMatMul
 from trtqat.quant.plugins.sdpa import QuantSDPA
 from trtqat.quant.tensor_quantizer import TensorQuantizer
+
+log = logging.getLogger("trtqat.quant.placement")
 
 ATTR = "_trtqat_calls"
 _KINDS: dict[Any, str] = {
@@ -261,7 +264,17 @@ def _modes() -> list[_Calls]:
     return _ACTIVE.modes
 
 
+def _compiling() -> bool:
+    """Under torch.compile (not torch.export, which runs the Python code)."""
+    return torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+
+
 def _enter(module: nn.Module, args: tuple) -> None:
+    if _compiling():
+        # torch.compile cannot run the mode (it walks Python frames); the compiled forward
+        # computes the module's products unquantized, which export and eager calls quantize
+        _warn_compiled(module)
+        return
     sites = getattr(module, ATTR)
     mode = _Calls(module, sites)
     mode.__enter__()
@@ -271,7 +284,7 @@ def _enter(module: nn.Module, args: tuple) -> None:
 
 def _exit(module: nn.Module, args: tuple, output: Any) -> None:
     sites = getattr(module, ATTR)
-    if sites._modes:
+    if sites._modes and not _compiling():
         mode = sites._modes.pop()
         mode.__exit__(None, None, None)
         active = _modes()
@@ -279,8 +292,19 @@ def _exit(module: nn.Module, args: tuple, output: Any) -> None:
             active.remove(mode)
 
 
+@torch.compiler.disable
+def _warn_compiled(module: nn.Module) -> None:
+    if not getattr(module, "_trtqat_compile_noted", False):
+        module._trtqat_compile_noted = True
+        log.warning("NOTE torch.compile runs %s's own matmul/linear/attention/concat calls "
+                    "unquantized (their call-site quantizers need eager mode); eager calls "
+                    "and the ONNX export quantize them", type(module).__name__)
+
+
 def _note_read(layer: nn.Module, args: tuple) -> None:
     """A quantized layer's call: the running owners learn which tensor it reads."""
+    if _compiling():
+        return
     for mode in _modes():
         mode.read(layer, args[0] if args else None)
 
