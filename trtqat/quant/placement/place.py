@@ -98,8 +98,8 @@ def _multihead(model: nn.Module, flow: ModelFlow, cfg: QuantConfig, desc: QuantD
 
 def _hook_untraced(model: nn.Module, flow: ModelFlow, cfg: QuantConfig, desc: QuantDescriptor,
                    result: Placement, modules: Callable[[nn.Module], bool] | None) -> None:
-    """Modules FX cannot trace get their matmul/linear/attention calls quantized where
-    they are called (:mod:`trtqat.quant.plugins.calls`)."""
+    """Modules FX cannot trace get their matmul/linear/attention/concat calls quantized
+    where they are called (:mod:`trtqat.quant.plugins.calls`)."""
     for path in flow.failed:
         m = model.get_submodule(path) if path else model
         if type(m).__call__ is not nn.Module.__call__ or _skip(path, cfg.skip_layers) or \
