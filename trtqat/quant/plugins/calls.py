@@ -74,14 +74,21 @@ class QuantLinearCall(nn.Module):
 
 
 class QuantCat(nn.Module):
-    """``torch.cat(tensors, dim)`` with every input through one quantizer, which the
-    layers reading those inputs or the result share (:meth:`share_with`)."""
+    """``torch.cat(tensors, dim)`` with every input through the quantizer of a quantized
+    layer that reads an input or the result (:meth:`share_with`); a Concat no quantized
+    layer reads stays float (its own quantizer, disabled, stands in until then)."""
 
     def __init__(self, quant_desc_input: QuantDescriptor) -> None:
         super().__init__()
         self._input_quantizer = TensorQuantizer(quant_desc_input)
+        self._input_quantizer.disable()
 
     def forward(self, tensors, dim: int = 0) -> torch.Tensor:
+        if not getattr(self, "_shared", False):
+            if self._input_quantizer._amax is None:
+                return torch.cat(list(tensors), dim)
+            self._input_quantizer.enable()  # a checkpoint's: it was shared when calibrated
+            self._shared = True
         return torch.cat([self._input_quantizer(t) for t in tensors], dim)
 
     def share_with(self, layer: nn.Module) -> None:
