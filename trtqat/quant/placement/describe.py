@@ -16,6 +16,8 @@ _BY_NAME = (("residual_quantizer", "residual-add"), ("concat_quantizer", "concat
 def rule_of(name: str) -> str:
     """The rule a quantizer's name says placed it (``layer`` for layer quantizers)."""
     parts = name.split(".")
+    if "_trtqat_calls" in parts:  # a call site of a module FX cannot trace
+        return "calls"
     for part in reversed(parts):
         for key, rule in _BY_NAME:
             if part == key or part.startswith(key + "_"):

@@ -10,8 +10,9 @@
 2. attention: Hugging Face attention (``trtqat.quant.plugins.attention``) and
    ``nn.MultiheadAttention`` (``trtqat.quant.plugins.multihead``);
 3. the graph rules (:mod:`.rules`) on every module FX can trace, with shared scales
-   (:mod:`.groups`); a module that cannot be traced keeps its layers' quantizers, and one
-   NOTE line names those modules.
+   (:mod:`.groups`); a module that cannot be traced keeps its layers' quantizers and gets
+   its own matmul/linear/attention/concat calls quantized where it makes them
+   (:mod:`trtqat.quant.plugins.calls`), and one NOTE line names those modules.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from trtqat.quant.placement.flow import ModelFlow
 from trtqat.quant.placement.groups import build_groups, compatible, realised, representative
 from trtqat.quant.placement.rewrite import RewriteError, by_module, rewrite_module, unique_attr
 from trtqat.quant.placement.rules import RULE_TEXT, Site, find_sites
+from trtqat.quant.plugins.calls import hook_calls
 from trtqat.quant.plugins.matmul import QuantMatMul
 from trtqat.quant.plugins.multihead import QuantMultiheadAttention, quantize_multihead, supported
 from trtqat.quant.plugins.sdpa import QuantSDPA
@@ -53,6 +55,7 @@ class Placement:
 
     added: list[tuple[str, str]] = field(default_factory=list)
     untraced: dict[str, str] = field(default_factory=dict)
+    hooked: list[str] = field(default_factory=list)
     attention: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -102,6 +105,20 @@ def _multihead(model: nn.Module, flow: ModelFlow, cfg: QuantConfig, desc: QuantD
             m.activation_relu_or_gelu = 0
 
 
+def _hook_untraced(model: nn.Module, flow: ModelFlow, cfg: QuantConfig, desc: QuantDescriptor,
+                   result: Placement, modules: Callable[[nn.Module], bool] | None) -> None:
+    """Modules FX cannot trace get their matmul/linear/attention/concat calls quantized
+    where they are called (:mod:`trtqat.quant.plugins.calls`)."""
+    for path in flow.failed:
+        m = model.get_submodule(path) if path else model
+        if type(m).__call__ is not nn.Module.__call__ or _skip(path, cfg.skip_layers) or \
+                (modules is not None and not modules(m)):
+            continue
+        if hook_calls(m, desc, cfg.quant_desc_weight or _row_weight(cfg)):
+            result.hooked.append(path)
+            result.added.append((path or type(m).__name__, "calls"))
+
+
 def _name_of(model: nn.Module, module: nn.Module) -> str:
     return next((n for n, m in model.named_modules() if m is module), "")
 
@@ -145,6 +162,8 @@ def place(model: nn.Module, config: QuantConfig | None = None, *,
     result.untraced = dict(flow.failed)
     if cfg.attention:
         _multihead(model, flow, cfg, desc, result)
+        _hook_untraced(model, flow, cfg, desc, result, modules)
+
     def allowed(path: str) -> bool:
         ok = modules is None or modules(flow.traces[path].module)
         return ok and not _skip(path, cfg.skip_layers)
@@ -228,8 +247,12 @@ def _report(model: nn.Module, result: Placement) -> None:
     if result.untraced:
         names = [f"{p or type(model).__name__} ({why})" for p, why in result.untraced.items()]
         shown = "; ".join(names[:4]) + (f"; +{len(names) - 4} more" if len(names) > 4 else "")
+        if result.hooked:
+            keep = ("their layers' Q/DQ, and the matmul/linear/attention/concat calls of "
+                    "their own code are quantized where called (no residual rule inside)")
+        else:
+            keep = "their layers' Q/DQ only (no residual/concat/attention rules inside)"
         result.notes.insert(0, f"{len(names)} module(s) could not be traced, so they keep "
-                               f"their layers' Q/DQ only (no residual/concat/attention rules "
-                               f"inside): {shown}")
+                               f"{keep}: {shown}")
     for note in result.notes:
         log.warning("NOTE %s", note)

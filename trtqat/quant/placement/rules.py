@@ -28,6 +28,7 @@ RULE_TEXT = {
     "maxpool": "MaxPool input, one scale with its output",
     "matmul": "MatMul operands (activation x activation)",
     "sdpa": "scaled_dot_product_attention: Q.K^T and P.V operands",
+    "calls": "matmul/linear/attention/concat calls of a module FX cannot trace",
     "mha": "nn.MultiheadAttention: projections and Q.K^T, P.V operands",
     "layer": "layer input and weight",
     "shared": "shares the scale of its Concat/MaxPool group",
