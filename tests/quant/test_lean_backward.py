@@ -201,3 +201,26 @@ def test_mask_path_gradients_equal_the_plain_path():
 
     results = run_in_interpreter(HERE / "lean_mask_cases.py")
     assert results and all(v == "ok" for v in results.values()), results
+
+
+
+def test_onnx_export_never_takes_the_lean_path(tmp_path, monkeypatch):
+    """torch.onnx.export in training mode with gradients on: Q/DQ nodes, as before."""
+    import onnx
+
+    def refuse(*args):
+        raise AssertionError("the lean path ran during ONNX export")
+
+    monkeypatch.setattr(lean_backward._LeanQuantFn, "apply", refuse)
+    torch.manual_seed(0)
+    model = nn.Sequential(quant_nn.QuantConv2d(3, 4, 3), nn.ReLU(), nn.Flatten(),
+                          quant_nn.QuantLinear(4 * 4 * 4, 3)).train()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        _calibrate(model[0], x)
+        _calibrate(model[3], model[2](model[1](model[0](x))))
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False,
+                      training=torch.onnx.TrainingMode.PRESERVE)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("QuantizeLinear") >= 4 and "Conv" in ops and "Gemm" in ops, ops

@@ -21,12 +21,14 @@ It is used only where the numerics are the plain path's: both quantizers in thei
 QAT state (a stored int amax, fake quantization, no calibration, clip, learned amax,
 pre-quant scale, hooks or export), a gradient wanted, not under ``torch.compile`` (inductor's
 partitioner decides what compiled graphs keep). Everything else takes the plain path.
-:func:`set_enabled` turns it off (e.g. to compare).
+:func:`set_enabled` turns it off (e.g. to compare), as does the environment variable
+``TRTQAT_LEAN_BACKWARD=0`` read at import.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 
 import torch
@@ -39,7 +41,7 @@ from trtqat.quant.tensor_quantizer import TensorQuantizer, _exporting, _int_boun
 
 __all__ = ["enabled", "quant_conv", "quant_linear", "set_enabled"]
 
-_state = {"enabled": True}
+_state = {"enabled": os.environ.get("TRTQAT_LEAN_BACKWARD", "1").strip() != "0"}
 _is_compiling = torch.compiler.is_compiling
 _CODE_DTYPES = ((-128, 127, torch.int8), (0, 255, torch.uint8), (-32768, 32767, torch.int16))
 
