@@ -33,6 +33,9 @@ def _float_base(cls: type) -> type:
                 if base.__module__.startswith("torch.nn.") and issubclass(base, nn.Module))
 
 
+_is_compiling = torch.compiler.is_compiling
+
+
 @functools.cache
 def _plain_conv_forward(cls: type) -> bool:
     """Whether ``cls`` keeps its float base's ``_conv_forward`` (the lean path replaces it)."""
@@ -75,7 +78,7 @@ class _QuantConvNd(_QuantWeighted):
     :mod:`.lean_backward` where it applies)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _plain_conv_forward(type(self)):
+        if not _is_compiling() and _plain_conv_forward(type(self)):
             out = lean_backward.quant_conv(self, input)
             if out is not None:
                 return out
