@@ -212,7 +212,7 @@ def _print(name: str, amp: str, args: argparse.Namespace,
         for col, suffix in ((0, ""), (1, " (fixed)")):
             ref = sum(v[col] for v in ref_row.values())
             total = sum(v[col] for v in kinds.values())
-            ratio = f"{total / ref:8.3f}" if ref > 0 else f"{'-':>8}"
+            ratio = f"{total / ref:8.3f}" if ref >= 2 ** 20 else f"{'-':>8}"  # not of ~0
             print(f"  {label + suffix:<22}" + "".join(f"{kinds[k][col] / mib:9.2f}" for k in KINDS)
                   + f"{total / mib:9.2f}{ratio}")
     sys.stdout.flush()
