@@ -130,6 +130,14 @@ def _requant(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
     if masked is not None:
         y, mask = masked
         return y, lambda g: _kernels.fake_quant_grad_masked(g, mask, x.shape, x.stride())
+    if x.dtype != torch.float32 or x.device.type != "cpu":
+        # no compiled kernel for these: the pure-PyTorch formulas of ``_fused``, with the
+        # rounding shared by the value and the mask (one pass less than calling both)
+        scale = _kernels.scale_of(amax, qmax)
+        q = (x.float() / scale).round_()
+        mask = (q >= qmin) & (q <= qmax)
+        return (q.clamp_(qmin, qmax).mul_(scale).to(x.dtype),
+                lambda g: g * mask.to(g.dtype))
     y, clipped = _kernels.fake_quant_forward(x, amax, qmin, qmax)
     if clipped is False:
         return y, lambda g: g
