@@ -224,3 +224,22 @@ def test_onnx_export_never_takes_the_lean_path(tmp_path, monkeypatch):
                       training=torch.onnx.TrainingMode.PRESERVE)
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
     assert ops.count("QuantizeLinear") >= 4 and "Conv" in ops and "Gemm" in ops, ops
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_gives_the_plain_gradients(reentrant):
+    """Checkpointing recomputes the forward under saved-tensor hooks: the lean path must
+    keep the same tensors both times (and not unpack another node's saved tensors)."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 9)
+    net = _net("conv", x)
+    grads = []
+    for lean in (False, True):
+        net.zero_grad(set_to_none=True)
+        xx = x.clone().requires_grad_()
+        with lean_backward.disabled() if not lean else contextlib.nullcontext():
+            checkpoint(net, xx, use_reentrant=reentrant).sum().backward()
+        grads.append([xx.grad] + [p.grad for p in net.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))

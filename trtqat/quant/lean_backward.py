@@ -109,17 +109,17 @@ def _autocast_dtype(device_type: str) -> torch.dtype | None:
     return None
 
 
+# backward nodes whose formula saves the op's result (its output), not its input
+_RESULT_SAVERS = frozenset({"ReluBackward0", "SigmoidBackward0", "TanhBackward0"})
+
+
 def _kept_by_producer(x: torch.Tensor) -> bool:
-    """Whether the op that produced ``x`` saved ``x`` itself for its own backward."""
+    """Whether the op that produced ``x`` saved ``x`` itself for its own backward.
+
+    Told from the node's name: reading its saved result would unpack it, which saved-tensor
+    hooks (activation checkpointing) must not see during the forward."""
     fn = x.grad_fn
-    if fn is None:
-        return False
-    try:
-        saved = getattr(fn, "_saved_result", None)
-    except RuntimeError:  # already freed
-        return False
-    return isinstance(saved, torch.Tensor) and saved.data_ptr() == x.data_ptr() \
-        and saved.shape == x.shape and saved.stride() == x.stride() and saved.dtype == x.dtype
+    return fn is not None and fn.name() in _RESULT_SAVERS
 
 
 def _requant(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
