@@ -39,7 +39,7 @@ from trtqat.quant import _kernels
 from trtqat.quant.amax import fits
 from trtqat.quant.tensor_quantizer import TensorQuantizer, _exporting, _int_bounds
 
-__all__ = ["enabled", "quant_conv", "quant_linear", "set_enabled"]
+__all__ = ["disabled", "enabled", "quant_conv", "quant_linear", "set_enabled"]
 
 _state = {"enabled": os.environ.get("TRTQAT_LEAN_BACKWARD", "1").strip() != "0"}
 _is_compiling = torch.compiler.is_compiling
@@ -149,12 +149,15 @@ def _code_dtype(qmin: int, qmax: int) -> torch.dtype | None:
 
 
 def _encode(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, dtype: torch.dtype,
-            want_mask: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+            want_mask: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
     """``(fake-quantized x, integer codes, inside-range mask or None)``; the values are the
-    quantizers' (``_fused`` formulas); the mask is None when nothing was clipped."""
+    quantizers' (``_fused`` formulas); the mask is None when nothing was clipped. None when
+    ``x`` holds a NaN, which no code can carry to backward."""
     scale = _kernels.scale_of(amax, qmax)
     r = (x.float() / scale).round_()
     lo, hi = torch.aminmax(r) if r.numel() else (r.new_zeros(()), r.new_zeros(()))
+    if bool(torch.isnan(lo) | torch.isnan(hi)):
+        return None
     mask = None
     if want_mask and (bool(lo < qmin) or bool(hi > qmax)):
         mask = (r >= qmin) & (r <= qmax)
@@ -175,12 +178,15 @@ class _LeanQuantFn(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         wq, _ = _kernels.fake_quant_forward(weight, w_amax, *wb)
         code_dtype = _code_dtype(*xb)
-        ctx.kept = code_dtype is None or _kept_by_producer(x)
+        encoded = None
+        if code_dtype is not None and not _kept_by_producer(x):
+            encoded = _encode(x, x_amax, *xb, code_dtype, ctx.needs_input_grad[0])
+        ctx.kept = encoded is None
         if ctx.kept:
             xq, _ = _kernels.fake_quant_forward(x, x_amax, *xb)
             ctx.save_for_backward(x, weight, x_amax, w_amax, None)
         else:
-            xq, codes, mask = _encode(x, x_amax, *xb, code_dtype, ctx.needs_input_grad[0])
+            xq, codes, mask = encoded
             ctx.save_for_backward(codes, weight, x_amax, w_amax, mask)
         with torch.autocast(x.device.type, enabled=False):
             return op.forward(_cast(xq, cast), _cast(wq, cast), _cast(bias, cast))
