@@ -10,11 +10,14 @@ input, and so on. The shared behaviour lives in three bases: :class:`_QuantConvN
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trtqat.quant import descriptor as qd
+from trtqat.quant import lean_backward
 from trtqat.quant.mixin import (
     QuantInputMixin,
     QuantMixin,
@@ -28,6 +31,15 @@ def _float_base(cls: type) -> type:
     """The torch.nn layer a Quant* class derives from (``nn.Conv2d`` for QuantConv2d)."""
     return next(base for base in cls.__mro__
                 if base.__module__.startswith("torch.nn.") and issubclass(base, nn.Module))
+
+
+_is_compiling = torch.compiler.is_compiling
+
+
+@functools.cache
+def _plain_conv_forward(cls: type) -> bool:
+    """Whether ``cls`` keeps its float base's ``_conv_forward`` (the lean path replaces it)."""
+    return cls._conv_forward is _float_base(cls)._conv_forward
 
 
 def _twin(cls: type, module: nn.Module, *descs: qd.QuantDescriptor | None) -> nn.Module:
@@ -62,9 +74,14 @@ class _QuantWeighted(QuantMixin):
 
 
 class _QuantConvNd(_QuantWeighted):
-    """Convolution with quantized input and weight."""
+    """Convolution with quantized input and weight (in training, the lean-backward path of
+    :mod:`.lean_backward` where it applies)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not _is_compiling() and _plain_conv_forward(type(self)):
+            out = lean_backward.quant_conv(self, input)
+            if out is not None:
+                return out
         return self._conv_forward(self._input_quantizer(input),
                                   self._weight_quantizer(self.weight), self.bias)
 
@@ -148,6 +165,9 @@ class QuantLinear(_QuantWeighted, nn.Linear):
     default_quant_desc_weight = qd.QUANT_DESC_8BIT_LINEAR_WEIGHT_PER_ROW
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = lean_backward.quant_linear(self, input)
+        if out is not None:
+            return out
         return F.linear(self._input_quantizer(input), self._weight_quantizer(self.weight),
                         self.bias)
 
