@@ -23,6 +23,12 @@ def main() -> dict[str, str]:
     # serve CPU tensors as CUDA tensors are served: the forward with a packed mask
     _kernels.fake_quant_forward_masked = (
         lambda x, amax, qmin, qmax: triton_kernels.forward(x, amax, qmin, qmax))
+    from trtqat.quant import lean_backward
+
+    lean_backward.set_enabled(True)  # CPU tensors here stand for CUDA ones
+    encoded = []  # the sync-free GPU encoding (codes + packed mask) must be what runs
+    plain_encode = lean_backward._encode_masked
+    lean_backward._encode_masked = lambda *a: encoded.append(1) or plain_encode(*a)
     results = {}
     for kind, amp, source in itertools.product(("conv", "linear"), (False, True),
                                                ("relu", "leaf")):
@@ -41,6 +47,7 @@ def main() -> dict[str, str]:
             results[case] = "ok" if not bad and len(plain) == len(lean) else f"differ: {bad}"
         except Exception as exc:  # reported, not raised: the other cases still run
             results[case] = f"{type(exc).__name__}: {exc}"
+    results["gpu-encoding-used"] = "ok" if encoded else "the GPU encoding never ran"
     return results
 
 

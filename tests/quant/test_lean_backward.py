@@ -18,6 +18,25 @@ LEAN = "_LeanQuantFnBackward"
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.fixture(autouse=True)
+def lean_on_the_cpu():
+    """These tests run the lean path on CPU tensors (by default it runs on GPU tensors only)."""
+    previous = lean_backward.set_enabled(True)
+    yield
+    lean_backward.set_enabled(previous)
+
+
+def test_by_default_only_gpu_tensors_take_the_lean_path():
+    """The default leaves CPU steps on the plain path (the codes cost CPU time, and memory
+    binds on GPUs); a CPU layer then keeps the plain path's autograd nodes."""
+    lean_backward.set_enabled(lean_backward.GPU)
+    assert lean_backward.enabled() == "gpu"
+    torch.manual_seed(0)
+    layer = _calibrate(quant_nn.QuantConv2d(3, 4, 3), torch.randn(2, 3, 8, 8))
+    y = layer(torch.randn(2, 3, 8, 8, requires_grad=True))
+    assert y.grad_fn.name() != LEAN
+
+
 @pytest.fixture(params=["fastest", "pytorch"])
 def backend(request):
     before = _kernels._forced or None

@@ -17,12 +17,15 @@ same backward kernels autograd would (``aten.convolution_backward``; the matrix 
 ``addmm``'s backward for linear), then the same straight-through kernels as the quantizers,
 so gradients are bit-identical to the plain path.
 
-It is used only where the numerics are the plain path's: both quantizers in their common
+Where: on GPU tensors by default, where step memory binds (the codes cost a pass over each
+input, about 7-10% of a small CPU step, so CPU tensors take the plain path unless asked:
+``TRTQAT_LEAN_BACKWARD=1``, or ``set_enabled(True)``). It is used only where the numerics
+are the plain path's: both quantizers in their common
 QAT state (a stored int amax, fake quantization, no calibration, clip, learned amax,
 pre-quant scale, hooks or export), a gradient wanted, not under ``torch.compile`` (inductor's
 partitioner decides what compiled graphs keep). Everything else takes the plain path.
 :func:`set_enabled` turns it off (e.g. to compare), as does the environment variable
-``TRTQAT_LEAN_BACKWARD=0`` read at import.
+``TRTQAT_LEAN_BACKWARD=0`` read at import (``1``: on every device; unset: GPUs only).
 """
 
 from __future__ import annotations
@@ -39,22 +42,28 @@ from trtqat.quant import _kernels
 from trtqat.quant.amax import fits
 from trtqat.quant.tensor_quantizer import TensorQuantizer, _exporting, _int_bounds
 
-__all__ = ["disabled", "enabled", "quant_conv", "quant_linear", "set_enabled"]
+__all__ = ["GPU", "disabled", "enabled", "quant_conv", "quant_linear", "set_enabled"]
 
-_state = {"enabled": os.environ.get("TRTQAT_LEAN_BACKWARD", "1").strip() != "0"}
+GPU = "gpu"  # set_enabled(GPU): tensors on a GPU only (the default)
+
+_ENV = os.environ.get("TRTQAT_LEAN_BACKWARD", "").strip()
+_state: dict[str, bool | str] = {"enabled": {"0": False, "1": True}.get(_ENV, GPU)}
 _is_compiling = torch.compiler.is_compiling
 _CODE_DTYPES = ((-128, 127, torch.int8), (0, 255, torch.uint8), (-32768, 32767, torch.int16))
 
 
-def enabled() -> bool:
-    """Whether quantized conv/linear layers use the lean-backward path where they can."""
+def enabled() -> bool | str:
+    """Where quantized conv/linear layers use the lean-backward path: True (every device),
+    ``"gpu"`` (the default: tensors not on the CPU) or False (nowhere)."""
     return _state["enabled"]
 
 
-def set_enabled(on: bool) -> bool:
-    """Use the lean-backward path (True, the default) or always the plain one; returns the
-    previous setting."""
-    previous, _state["enabled"] = _state["enabled"], bool(on)
+def set_enabled(on: bool | str) -> bool | str:
+    """Use the lean-backward path everywhere (True), on GPU tensors only (``"gpu"``, the
+    default) or nowhere (False); returns the previous setting."""
+    if on != GPU:
+        on = bool(on)
+    previous, _state["enabled"] = _state["enabled"], on
     return previous
 
 
@@ -86,8 +95,9 @@ def _plain_range(q, x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
 
 def _ranges(layer, x: torch.Tensor, weight: torch.Tensor):
     """Both quantizers' plain ranges, or None where the plain path must run."""
-    if (not _state["enabled"] or _is_compiling() or not torch.is_grad_enabled()
-            or not (x.requires_grad or weight.requires_grad) or not x.is_floating_point()
+    on = _state["enabled"]
+    if (not on or (on == GPU and x.device.type == "cpu") or _is_compiling()
+            or not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad) or not x.is_floating_point()
             or nn_module._global_forward_hooks
             or nn_module._global_forward_pre_hooks or _exporting()):
         return None
@@ -166,6 +176,20 @@ def _encode(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, dtype: to
     return r.mul_(scale).to(x.dtype), codes, mask
 
 
+def _encode_masked(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(fake-quantized x, integer codes, bit-packed straight-through mask)`` from the GPU
+    kernels, with no host read (nothing stalls the stream or breaks a CUDA-graph capture);
+    None where they do not apply (the CPU: :func:`_encode`). A NaN input is not looked for
+    here: its loss is NaN, which the training loop refuses."""
+    masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax)
+    if masked is None:
+        return None
+    y, mask = masked
+    codes = (x.float() / _kernels.scale_of(amax, qmax)).round_().clamp_(qmin, qmax).to(dtype)
+    return y, codes, mask
+
+
 class _LeanQuantFn(torch.autograd.Function):
     """``op(fq(x), fq(w), bias)`` keeping ``x`` (when kept anyway) or its codes, not the
     quantized copies. ``op`` is a :class:`_Op` (convolution or linear)."""
@@ -179,8 +203,13 @@ class _LeanQuantFn(torch.autograd.Function):
         wq, _ = _kernels.fake_quant_forward(weight, w_amax, *wb)
         code_dtype = _code_dtype(*xb)
         encoded = None
+        ctx.packed = False  # the mask: bit-packed by the GPU kernels, else a bool tensor
         if code_dtype is not None and not _kept_by_producer(x):
-            encoded = _encode(x, x_amax, *xb, code_dtype, ctx.needs_input_grad[0])
+            encoded = _encode_masked(x, x_amax, *xb, code_dtype)
+            ctx.packed = encoded is not None
+            ctx.x_shape, ctx.x_stride = x.shape, x.stride()
+            if encoded is None:
+                encoded = _encode(x, x_amax, *xb, code_dtype, ctx.needs_input_grad[0])
         ctx.kept = encoded is None
         if ctx.kept:
             xq, _ = _kernels.fake_quant_forward(x, x_amax, *xb)
@@ -201,7 +230,11 @@ class _LeanQuantFn(torch.autograd.Function):
         else:
             scale = _kernels.scale_of(x_amax, ctx.xb[1])
             xq = saved.float().mul_(scale).to(ctx.x_dtype)
-            x_ste = (lambda g: g) if mask is None else (lambda g: g.masked_fill(~mask, 0))
+            if ctx.packed:
+                def x_ste(g: torch.Tensor) -> torch.Tensor:
+                    return _kernels.fake_quant_grad_masked(g, mask, ctx.x_shape, ctx.x_stride)
+            else:
+                x_ste = (lambda g: g) if mask is None else (lambda g: g.masked_fill(~mask, 0))
         wq, w_ste = _requant(weight, w_amax, *ctx.wb)
         with torch.autocast(grad.device.type, enabled=False):
             gx, gw, gb = ctx.op.backward(grad, _cast(xq, ctx.cast), _cast(wq, ctx.cast),
