@@ -271,10 +271,16 @@ def _trace_once(module: nn.Module, root_cls: type, training: bool) -> fx.Graph:
     (a cached shape, anchors: proxies) is undone, as are the mode and class."""
     state = {m: (m.__dict__.copy(), dict(m._buffers)) for m in module.modules()}
     saved = module.__class__
+    constants: dict[str, torch.Tensor] = {}
     try:
         module.train(training)
         module.__class__ = root_cls
-        return _LeafTracer().trace(module)
+        graph = _LeafTracer().trace(module)
+        # tensors the forward makes (torch.tensor(...), an index table): fx stores them on
+        # the traced module as `_tensor_constantN`, which the placed forward reads
+        constants = {str(n.target): getattr(module, str(n.target)) for n in graph.nodes
+                     if n.op == "get_attr" and str(n.target).startswith("_tensor_constant")}
+        return graph
     finally:
         module.__class__ = saved
         for m, (attrs, buffers) in state.items():
@@ -282,6 +288,9 @@ def _trace_once(module: nn.Module, root_cls: type, training: bool) -> fx.Graph:
             m.__dict__.update(attrs)
             m._buffers.clear()
             m._buffers.update(buffers)
+        for name, value in constants.items():  # kept (moved by .to(), not in state_dict)
+            if isinstance(value, torch.Tensor) and name not in module._buffers:
+                module.register_buffer(name, value, persistent=False)
 
 
 def trace_module(path: str, module: nn.Module, pattern: Pattern) -> ModuleTrace:
