@@ -27,6 +27,7 @@ from trtqat.quant.placement.trace import (
 )
 
 log = logging.getLogger(__name__)
+_HOLDERS = (nn.ModuleList, nn.ModuleDict)  # containers with no forward of their own
 
 Ref = tuple[str, fx.Node]  # (path of a traced module, node of its eval graph)
 
@@ -40,7 +41,8 @@ class ModelFlow:
         self.failed: dict[str, str] = {}  # path -> why it could not be traced
         self.path_of: dict[int, str] = {}
         self.sites: dict[str, list[tuple[str, fx.Node]]] = defaultdict(list)
-        for path, module in model.named_modules():
+        self._module_at = dict(model.named_modules())
+        for path, module in self._module_at.items():
             self.path_of[id(module)] = path
         for path, module in model.named_modules():
             if skip(path):
@@ -56,8 +58,12 @@ class ModelFlow:
 
     # ------------------------------------------------------------------ building
     def _ancestors_traced(self, path: str) -> bool:
+        """Every ancestor traced, or a ModuleList/ModuleDict (no forward: only its parent's
+        traced code reaches its items, e.g. HRNet's ``self.down[0].forward(y)``)."""
         parts = path.split(".")
-        return all(".".join(parts[:i]) in self.traces for i in range(len(parts)))
+        at = self._module_at
+        return all(p in self.traces or isinstance(at.get(p), _HOLDERS)
+                   for p in (".".join(parts[:i]) for i in range(len(parts))))
 
     def _pattern(self, path: str, module: nn.Module) -> Pattern:
         cls = getattr(type(module), "_trtqat_base", type(module))
