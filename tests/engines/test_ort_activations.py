@@ -29,15 +29,21 @@ def csp(net: QDQNet, x: str) -> str:
     return net.head(net.node("LeakyRelu", [net.conv(cat, 16, 8, k=1)], alpha=0.1), 8)
 
 
-def mobilenet_v3(gain: float = 1.0):
+def mobilenet_v3(gain: float = 1.0, split: bool = False):
     """HardSwish after convs and a squeeze-excite gate (HardSigmoid, Mul) scaling a
     HardSwish output; ``gain`` < 1 makes the activations shrink from layer to layer (a
-    randomly initialised MobileNetV3 ends near 1e-9)."""
+    randomly initialised MobileNetV3 ends near 1e-9); ``split``: each HardSwish written as
+    ``Mul(x, HardSigmoid(x))``, as ORT's basic optimisation leaves it (efficientvit)."""
     def body(net: QDQNet, x: str) -> str:
         def conv(t: str, cin: int, cout: int, **kw) -> str:
             return net.conv(t, cin, cout, gain=gain, bias=0.1 * gain, **kw)
-        h = net.node("HardSwish", [conv(x, 3, 8)])
-        d = net.node("HardSwish", [conv(h, 8, 16, k=1)])
+
+        def hswish(t: str) -> str:
+            if not split:
+                return net.node("HardSwish", [t])
+            return net.node("Mul", [t, net.node("HardSigmoid", [t], alpha=1 / 6, beta=0.5)])
+        h = hswish(conv(x, 3, 8))
+        d = hswish(conv(h, 8, 16, k=1))
         s = net.node("ReduceMean", [net.q(d), net.const(AXES)], keepdims=1)
         f = net.node("Relu", [conv(s, 16, 8, k=1)])
         gate = net.node("HardSigmoid", [conv(f, 8, 16, k=1)], alpha=1 / 6, beta=0.5)
@@ -60,7 +66,8 @@ def _unoptimised(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> np.ndar
     (csp, {"QLinearConv": 4, "QLinearLeakyRelu": 4, "QLinearConcat": 1}),
     (mobilenet_v3(), {"QLinearConv": 5, "QLinearMul": 3, "QLinearAdd": 3}),  # 2 HardSwish, 1 gate
     (mobilenet_v3(0.01), {"QLinearConv": 5, "QLinearMul": 3, "QLinearAdd": 3}),  # vanishing
-], ids=["leaky_relu", "hardswish_se", "hardswish_se_small"])
+    (mobilenet_v3(split=True), {"QLinearConv": 5, "QLinearMul": 3, "QLinearAdd": 3}),
+], ids=["leaky_relu", "hardswish_se", "hardswish_se_small", "hardswish_split"])
 def test_activations_run_integer_in_the_engine(tmp_path, body, integer_ops):
     _, qdq_model = make(body)
     path = tmp_path / "m_int8.onnx"

@@ -253,6 +253,33 @@ def _quantize_leaky_input(g: Graph, node: onnx.NodeProto, bound: float | None,
     counts["LeakyRelu"] += 1
 
 
+def _fuse_split_hardswish(g: Graph) -> int:
+    """Put ``Mul(x, HardSigmoid(x))`` with HardSwish's constants back into one HardSwish:
+    ORT's basic optimisation (run first on graphs with quantized MatMuls) splits it, and
+    a split gate would stay float. Returns how many (none below opset 14, which has no
+    HardSwish)."""
+    if max((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")),
+           default=0) < 14:
+        return 0
+    fused = 0
+    for hs in [n for n in g.graph.node if n.op_type == "HardSigmoid"]:
+        alpha, beta = float(attr(hs, "alpha", 0.2)), float(attr(hs, "beta", 0.5))
+        readers = g.consumers.get(hs.output[0], [])
+        if (not math.isclose(alpha, 1.0 / 6.0, rel_tol=1e-6) or beta != 0.5
+                or len(readers) != 1 or hs.output[0] in g.outputs):
+            continue
+        mul = readers[0]
+        if mul.op_type != "Mul" or sorted(mul.input) != sorted([hs.input[0], hs.output[0]]):
+            continue
+        hs.op_type = "HardSwish"
+        del hs.attribute[:]
+        hs.output[0] = mul.output[0]
+        g.graph.node.remove(mul)
+        g.reindex()
+        fused += 1
+    return fused
+
+
 def integer_activations(g: Graph, ranges: RangeFn | None = None) -> dict[str, int]:
     """Rewrite HardSigmoid/HardSwish into ORT's integer Add/Mul and quantize LeakyRelu
     inputs (module docstring); ``ranges`` (tensor names -> max |value| on the calibration
@@ -260,6 +287,8 @@ def integer_activations(g: Graph, ranges: RangeFn | None = None) -> dict[str, in
     left in float for want of a range)."""
     counts: Counter[str] = Counter()
     g.reindex()
+    if fused := _fuse_split_hardswish(g):
+        counts["hardswish_fused"] = fused
     nodes = [n for n in g.graph.node if (n.op_type in HARD_OPS or n.op_type == "LeakyRelu")
              and not g.is_const(n.input[0])]
     measured = ranges(list(dict.fromkeys(n.input[0] for n in nodes))) if ranges and nodes else {}
