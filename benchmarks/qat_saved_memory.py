@@ -16,7 +16,8 @@ Each storage is put in the kind of what produced it, the first time it is saved:
 * ``other``     everything else (layer outputs, ReLU results, BN statistics, the image).
 
 Rows: FP32, and trtqat with the plain layer path (``plain``: quantizer, then the layer,
-which saves the quantized copy) and the lean path (``lean``, the default), each with
+which saves the quantized copy) and the lean path (``lean``: the default for GPU tensors,
+for CPU ones with ``TRTQAT_LEAN_BACKWARD=1``; this script switches it itself), each with
 
 * ``cpu``       the compiled C++ kernels: a quantizer keeps nothing when nothing was clipped;
 * ``mask``      the CUDA kernels (Triton; without a GPU in Triton's interpreter on the CPU),
