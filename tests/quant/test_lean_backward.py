@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from trtqat import nn as quant_nn
-from trtqat.quant import _kernels, export_mode, lean_backward
+from trtqat.quant import export_mode, lean_backward
 from trtqat.tensor_quant import QuantDescriptor
 
 LEAN = "_LeanQuantFnBackward"
@@ -35,14 +35,6 @@ def test_by_default_only_gpu_tensors_take_the_lean_path():
     layer = _calibrate(quant_nn.QuantConv2d(3, 4, 3), torch.randn(2, 3, 8, 8))
     y = layer(torch.randn(2, 3, 8, 8, requires_grad=True))
     assert y.grad_fn.name() != LEAN
-
-
-@pytest.fixture(params=["fastest", "pytorch"])
-def backend(request):
-    before = _kernels._forced or None
-    _kernels.set_backend(None if request.param == "fastest" else "pytorch")
-    yield request.param
-    _kernels.set_backend(before)
 
 
 def _calibrate(layer: nn.Module, x: torch.Tensor) -> nn.Module:

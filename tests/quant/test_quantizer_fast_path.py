@@ -27,14 +27,6 @@ from trtqat.tensor_quant import QuantDescriptor
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.fixture(params=["fastest", "pytorch"])
-def backend(request):
-    before = _kernels._forced or None
-    _kernels.set_backend(None if request.param == "fastest" else "pytorch")
-    yield request.param
-    _kernels.set_backend(before)
-
-
 def _reference(x, amax, g, bits, unsigned, narrow):
     """Today's numerics: the pure-PyTorch formulas (value, input gradient)."""
     qmin, qmax = quant_bounds(bits, unsigned, narrow)

@@ -27,14 +27,6 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.fixture(params=["fastest", "pytorch"])
-def backend(request):
-    before = _kernels._forced or None
-    _kernels.set_backend(None if request.param == "fastest" else "pytorch")
-    yield request.param
-    _kernels.set_backend(before)
-
-
 def _calibrated(axis, unsigned: bool = False):
     q = quant_nn.TensorQuantizer(QuantDescriptor(axis=axis, unsigned=unsigned))
     x = torch.randn(8, 4, 5, 5)

@@ -9,13 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny_qcnn import tiny_qcnn
 from torch import nn
 
-import trtqat
 from trtqat.cli import main
 from trtqat.families.cnn.graphs import check_graphable, graphed_step
 from trtqat.quant.model_ops import enable_calibration
-from trtqat.quant.modules import QuantConv2d, QuantLinear
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel, AccelError, check_cuda_graphs
 from trtqat.runs.graphed_step import GraphedStep
@@ -24,16 +23,6 @@ from trtqat.runs.recipes import build_optimizer, build_scheduler, steps_per_epoc
 
 FAST = ["--data", "synthetic", "--image-size", "16", "--batch-size", "8", "--limit-batches",
         "2", "--no-progress"]
-
-
-def _tiny_qcnn() -> nn.Module:
-    """A calibrated conv-BN-ReLU-pool-linear model with quantized inputs and weights."""
-    torch.manual_seed(0)
-    model = nn.Sequential(QuantConv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), QuantLinear(8, 4))
-    trtqat.collect_stats(model, [torch.randn(8, 3, 16, 16)], progress=False)
-    trtqat.compute_amax(model, "max")
-    return model
 
 
 def _batches(device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -61,7 +50,7 @@ def test_static_buffer_step_is_bit_identical_to_the_plain_step(opt_name, caplog)
     """Copying batches into static buffers and updating in place (weights, BN statistics,
     amax, optimizer state, the LR tensor) trains exactly like the plain loop; the partial
     batch is dropped with one NOTE."""
-    plain, graphed = _tiny_qcnn(), _tiny_qcnn()
+    plain, graphed = tiny_qcnn(), tiny_qcnn()
     batches = _batches()
     ref, ref_opt, _ = _train(plain, opt_name, batches, "cpu", graphed=False)
     with caplog.at_level(logging.INFO, logger="trtqat.runs.loop"):
@@ -79,7 +68,7 @@ def test_static_buffer_step_is_bit_identical_to_the_plain_step(opt_name, caplog)
 def test_graph_optimizer_trains_like_the_plain_optimizer():
     """build_optimizer(graphs=True) (fused, LR as a tensor the scheduler fills) follows the
     same schedule and updates as the default optimizer."""
-    a, b = _tiny_qcnn(), _tiny_qcnn()
+    a, b = tiny_qcnn(), tiny_qcnn()
     x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
     for model, graphs in ((a, False), (b, True)):
         opt = build_optimizer("sgd", model, 0.05, 0.9, 1e-3, graphs=graphs)
@@ -122,7 +111,7 @@ def test_check_cuda_graphs_refuses_several_processes(monkeypatch):
 
 
 def test_model_checks_refuse_calibration_and_unsigned_quantizers():
-    model = _tiny_qcnn()
+    model = tiny_qcnn()
     check_graphable(model)
     acc = Accel("cpu", cuda_graphs=True)
     opt = build_optimizer("sgd", model, 0.1, 0.9, 0.0, graphs=True)
@@ -157,7 +146,7 @@ def test_captured_step_matches_the_eager_step_on_cuda():
     """The captured graph replays the step: same weights as eager steps, within float noise
     (cuDNN may pick other kernels); the LR schedule reaches the replayed steps."""
     torch.backends.cudnn.deterministic = True
-    plain, graphed = _tiny_qcnn().cuda(), _tiny_qcnn().cuda()
+    plain, graphed = tiny_qcnn().cuda(), tiny_qcnn().cuda()
     batches = _batches("cuda")
     ref, ref_opt, _ = _train(plain, "sgd", batches, "cuda", graphed=False)
     got, opt, step = _train(graphed, "sgd", batches, "cuda", graphed=True, capture=True)
@@ -175,7 +164,7 @@ def test_resume_switches_cuda_graphs_on_or_off(saved_graphs, graphs, tmp_path):
     float again without it, and a float rate becomes the graphed step's device tensor."""
     from trtqat.runs.recipes import restore
 
-    model = _tiny_qcnn()
+    model = tiny_qcnn()
     opt = build_optimizer("sgd", model, 0.05, 0.9, 0.0, graphs=saved_graphs)
     sched = build_scheduler(opt, total_steps=4, warmup_steps=0, final_ratio=0.1)
     x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
@@ -185,7 +174,7 @@ def test_resume_switches_cuda_graphs_on_or_off(saved_graphs, graphs, tmp_path):
     torch.save({"state_dict": model.state_dict(), "optimizer": opt.state_dict(),
                 "scheduler": sched.state_dict(), "epoch": 1}, tmp_path / "last.pt")
     ckpt = torch.load(tmp_path / "last.pt", weights_only=True)
-    model2 = _tiny_qcnn()
+    model2 = tiny_qcnn()
     opt2 = build_optimizer("sgd", model2, 0.05, 0.9, 0.0, graphs=graphs)
     sched2 = build_scheduler(opt2, total_steps=4, warmup_steps=0, final_ratio=0.1)
     restore(ckpt, model2, opt2, sched2, D.DistContext())

@@ -7,13 +7,12 @@ import copy
 import pytest
 import torch
 import yaml
+from tiny_qcnn import tiny_qcnn
 from torch import nn
 
-import trtqat
 from trtqat.cli import main
 from trtqat.families import build_from_checkpoint
 from trtqat.families.cnn.models import build_model
-from trtqat.quant.modules import QuantConv2d, QuantLinear
 from trtqat.runs import accel
 from trtqat.runs import distributed as D
 from trtqat.runs.accel import Accel, AccelError
@@ -23,16 +22,6 @@ from trtqat.runs.recipes import build_optimizer, build_scheduler, restore
 
 FAST = ["--data", "synthetic", "--image-size", "16", "--batch-size", "8", "--limit-batches",
         "2", "--no-progress", "--device", "cpu"]
-
-
-def _tiny_qcnn() -> nn.Module:
-    """A calibrated conv-BN-ReLU-pool-linear model with quantized inputs and weights."""
-    torch.manual_seed(0)
-    model = nn.Sequential(QuantConv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), QuantLinear(8, 4))
-    trtqat.collect_stats(model, [torch.randn(8, 3, 16, 16)], progress=False)
-    trtqat.compute_amax(model, "max")
-    return model
 
 
 def _fails(argv, capsys, match):
@@ -45,7 +34,7 @@ def _fails(argv, capsys, match):
 
 def test_compiled_qat_step_gives_the_eager_loss():
     """inductor on the CPU: three SGD steps of a quantized CNN, same losses as eager."""
-    eager = _tiny_qcnn()
+    eager = tiny_qcnn()
     fast = copy.deepcopy(eager)
     x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
     compiled = Accel("cpu", compile=True).compiled(fast)
@@ -66,7 +55,7 @@ def test_compiled_qat_step_gives_the_eager_loss():
 
 
 def test_bf16_autocast_runs_the_step_in_bf16_and_keeps_float32_weights():
-    model = _tiny_qcnn()
+    model = tiny_qcnn()
     seen = []
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,)))] * 2
@@ -84,7 +73,7 @@ def test_bf16_autocast_runs_the_step_in_bf16_and_keeps_float32_weights():
 
 def test_fp16_scaler_step_equals_the_plain_step_with_clipping():
     """The gradient-scaler path (fp16 on a GPU) unscales before clipping and stepping."""
-    a = _tiny_qcnn()
+    a = tiny_qcnn()
     b = copy.deepcopy(a)
     x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))
     plain, scaled = Accel("cpu"), Accel("cpu")
