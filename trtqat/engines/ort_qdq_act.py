@@ -275,8 +275,9 @@ def _fuse_split_hardswish(g: Graph) -> int:
         del hs.attribute[:]
         hs.output[0] = mul.output[0]
         g.graph.node.remove(mul)
-        g.reindex()
         fused += 1
+    if fused:  # each fusion renames one output and drops one node: one re-index covers all
+        g.reindex()
     return fused
 
 

@@ -34,6 +34,16 @@ entry point (None: none applies), the integer bounds, unsigned, and whether the 
 fake-quant path applies at all (False: the staged forward)."""
 
 
+def is_plain(q: Any, amax: torch.Tensor | None) -> bool:
+    """Whether quantizer ``q`` (``amax``: its ``_amax`` buffer) is in QAT's common state: a
+    stored integer range and fake quantization, no other stage (calibration, clip, a scaled
+    or pre-scaled range, learn_amax's Clip) and no subclass overriding a stage."""
+    return (amax is not None and q._if_quant and q._fake_quant and q._plain_forward
+            and not (q._if_calib or q._if_clip) and q._scale_amax is None
+            and q._buffers.get("_pre_quant_scale") is None and "clip" not in q._modules
+            and type(q._num_bits) is int)
+
+
 def decide(quantizer: Any, amax: torch.Tensor | None,
            bounds: Callable[[int, bool, bool], tuple[int, int]]) -> tuple:
     """The ``_hot`` tuple for ``quantizer`` as it is now (``amax``: its ``_amax`` buffer).
@@ -44,10 +54,7 @@ def decide(quantizer: Any, amax: torch.Tensor | None,
     (an in-place write): a non-finite range fails here as it fails on assignment.
     """
     q = quantizer
-    plain = (amax is not None and q._if_quant and q._fake_quant and q._plain_forward
-             and not (q._if_calib or q._if_clip) and q._scale_amax is None
-             and q._pre_quant_scale is None and "clip" not in q._modules
-             and type(q._num_bits) is int)
+    plain = is_plain(q, amax)
     kernel, qmin, qmax = None, 0, 0
     compiling = is_compiling()  # traced by torch.compile: no data-dependent check, no kernel
     if plain:

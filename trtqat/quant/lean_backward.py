@@ -38,7 +38,7 @@ import torch
 from torch.autograd.function import once_differentiable
 from torch.nn.modules import module as nn_module
 
-from trtqat.quant import _kernels
+from trtqat.quant import _kernels, fast_path
 from trtqat.quant.amax import fits
 from trtqat.quant.tensor_quantizer import TensorQuantizer, _exporting, _int_bounds
 
@@ -83,9 +83,7 @@ def _plain_range(q, x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
     if type(q) is not TensorQuantizer or q._disabled or q._forward_hooks or q._forward_pre_hooks:
         return None
     amax = q._buffers.get("_amax")
-    if (amax is None or not (q._if_quant and q._fake_quant) or q._if_calib or q._if_clip
-            or q._scale_amax is not None or q._buffers.get("_pre_quant_scale") is not None
-            or "clip" in q._modules or type(q._num_bits) is not int or q._unsigned):
+    if not fast_path.is_plain(q, amax) or q._unsigned:
         return None
     qmin, qmax = _int_bounds(q._num_bits, False, q._narrow_range)
     if qmax < 1 or not (amax.numel() == 1 or fits(amax.shape, x.shape)):
