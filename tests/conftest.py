@@ -72,3 +72,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(params=["fastest", "pytorch"])
+def backend(request):
+    """Run the test with the fastest fake-quant kernels here and with the pure-PyTorch ones
+    (the quantizer tests: tests/quant/)."""
+    from trtqat.quant import _kernels
+
+    before = _kernels._forced or None
+    _kernels.set_backend(None if request.param == "fastest" else "pytorch")
+    yield request.param
+    _kernels.set_backend(before)
