@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "trtqat"
 MAX_LINES = 400
 # base modules (and the top-level package itself, for __version__; _C is the C++ extension)
-BASE = {"errors", "atomic", "finite", "arrays", "optional", "lazy", "version", "variants",
+BASE = {"errors", "atomic", "finite", "arrays", "optional", "lazy", "version", "variants", "formats",
         "runopts", "sizes", "outputs", "tables", "out_paths", "checks", "threads", "progress", "_C", "trtqat"}
 COMPAT = ("nn", "calib", "tensor_quant", "quant_modules", "optim", "utils")
 ALLOWED = {

@@ -49,21 +49,35 @@ class OnnxVariant:
     mean_limit: tuple[float, float] | None  # INT8: (x noise floor, minimum steps)
     min_mean_cosine: float        # embeddings: mean cosine with PyTorch
     min_cosine: float             # embeddings: every sentence's cosine
+    format: str | None = None     # quantized format (trtqat.formats): int8, fp8, int4; None float
+
+    @property
+    def quantized(self) -> bool:
+        """True for the variants exported from calibrated quantizers (any format)."""
+        return self.format is not None
 
 
 TABLE: tuple[OnnxVariant, ...] = (
     OnnxVariant("fp32", "float32", False, False, MIN_OPSET, 1e-4, None, 0.999, 0.999),
     OnnxVariant("fp16", "float16", False, True, MIN_OPSET, 1e-2, None, 0.99, 0.99),
     OnnxVariant("int8", "int8 Q/DQ, float32 elsewhere", True, False, MIN_OPSET, None,
-                (8.0, 1.0), 0.999, 0.98),
+                (8.0, 1.0), 0.999, 0.98, "int8"),
     OnnxVariant("int8-fp16", "int8 Q/DQ, float16 elsewhere (fp16 scales: opset 19)", True,
-                True, 19, None, (16.0, 2.0), 0.965, 0.94),
+                True, 19, None, (16.0, 2.0), 0.965, 0.94, "int8"),
+    OnnxVariant("fp8", "fp8 E4M3 Q/DQ, float32 elsewhere (opset 19)", False, False, 19, None,
+                (8.0, 1.0), 0.999, 0.98, "fp8"),
+    OnnxVariant("fp8-fp16", "fp8 E4M3 Q/DQ, float16 elsewhere (opset 19)", False, True, 19,
+                None, (16.0, 2.0), 0.965, 0.94, "fp8"),
+    OnnxVariant("int4", "int4 block-wise weights, float32 activations (W4A32, opset 21)", False,
+                False, 21, None, (8.0, 1.0), 0.999, 0.98, "int4"),
+    OnnxVariant("int4-fp16", "int4 block-wise weights, float16 activations (W4A16, opset 21)",
+                False, True, 21, None, (16.0, 2.0), 0.965, 0.94, "int4"),
 )
 BY_NAME = {v.name: v for v in TABLE}
 ALIASES = {"int8+fp16": "int8-fp16"}  # older spelling of the mixed variant, still accepted
 
 VARIANTS = tuple(v.name for v in TABLE)
-"""Every variant, in the order ``--variant all`` exports them."""
+"""Every variant, in table order (``--variant all`` exports those of one format)."""
 INT8_VARIANTS = tuple(v.name for v in TABLE if v.int8)
 FP16_VARIANTS = tuple(v.name for v in TABLE if v.fp16)
 CHOICES = (*VARIANTS, "all")
@@ -83,10 +97,16 @@ def variant(name: str) -> OnnxVariant:
     return row
 
 
-def expand_variants(name: str) -> tuple[str, ...]:
-    """``all`` -> every variant; one name -> itself (checked)."""
+def variants_for(fmt: str = "int8") -> tuple[str, ...]:
+    """The float variants and those of quantized format ``fmt``, in table order."""
+    return tuple(v.name for v in TABLE if v.format in (None, fmt))
+
+
+def expand_variants(name: str, fmt: str = "int8") -> tuple[str, ...]:
+    """``all`` -> the float variants and those of format ``fmt``; one name -> itself
+    (checked)."""
     if name == "all":
-        return VARIANTS
+        return variants_for(fmt)
     if canonical(name) not in BY_NAME:
         raise ValueError(f"unknown variant {name!r}; use one of {', '.join(VARIANTS)} or all")
     return (canonical(name),)

@@ -95,7 +95,7 @@ def test_checkpoint_with_an_uncalibrated_quantizer(tmp_path, capsys, resnet18_pt
     assert not list((tmp_path / "out").glob("*.onnx"))
 
 
-@pytest.mark.parametrize("argv", [["--batch", "0"], ["--variant", "int4"]])
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--variant", "int3"]])
 def test_bad_arguments_are_refused(argv, resnet18_ptq_checkpoint):
     with pytest.raises(SystemExit) as info:
         main(["export", "--checkpoint", str(resnet18_ptq_checkpoint), *argv])

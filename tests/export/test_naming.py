@@ -16,6 +16,7 @@ def test_names_say_what_they_are():
 
 def test_variants():
     assert expand_variants("all") == ("fp32", "fp16", "int8", "int8-fp16")
+    assert expand_variants("all", "fp8") == ("fp32", "fp16", "fp8", "fp8-fp16")
     assert expand_variants("int8") == ("int8",)
     with pytest.raises(ValueError):
-        expand_variants("int4")
+        expand_variants("int3")

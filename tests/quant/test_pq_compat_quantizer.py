@@ -168,7 +168,9 @@ def test_properties_and_dynamic_per_channel_scale_amax():
 def test_e4m3_per_channel_uses_the_channel_ranges():
     q = quant_nn.TensorQuantizer(QuantDescriptor(num_bits=(4, 3), axis=1))
     x = torch.rand(3, 5, 2, 2)
-    torch.testing.assert_close(q(x), scaled_e4m3(x, q._get_amax(x)), atol=0, rtol=0)
+    # the quantizer computes as ONNX's FP8 Q/DQ does (x / (amax/448)), pytorch-quantization's
+    # scaled_e4m3 as x * (448/amax): the same codes, outputs within one float32 rounding
+    torch.testing.assert_close(q(x), scaled_e4m3(x, q._get_amax(x)), atol=0, rtol=2.5e-7)
     assert q._get_amax(x).shape == (1, 5, 1, 1)
 
 

@@ -162,6 +162,10 @@ def check_args(variant: str, opset: int) -> None:
     """:class:`ExportError` for an unknown variant or an opset out of range."""
     if variant not in VARIANTS:
         raise ExportError(f"unknown variant {variant!r}: use one of {', '.join(VARIANTS)}")
+    row = variant_row(variant)
+    if row.quantized and not row.int8:  # FP8 / INT4 export: issue 36, in progress
+        raise ExportError(f"the {variant} variant cannot be exported by this trtqat yet: "
+                          "export int8, int8-fp16, fp32 or fp16")
     top = onnx.defs.onnx_opset_version()
     if isinstance(opset, bool) or not isinstance(opset, int):
         raise ExportError(f"opset must be an int, got {opset!r} ({type(opset).__name__})")

@@ -23,6 +23,7 @@ from torch import nn
 from trtqat.checks import check_module
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.config import QuantConfig
+from trtqat.quant.format_apply import apply_format
 from trtqat.quant.model_ops import (
     calibrating,
     collect_stats,
@@ -70,6 +71,7 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     placement = place(model, cfg)
     if not any(True for _ in quantizers(model)):
         raise QuantConfigError(nothing_to_quantize(model, cfg))
+    apply_format(model, cfg.format, cfg.block_size)
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
     marked = getattr(model, "trtqat_float_layers", None)

@@ -63,6 +63,10 @@ class QuantConfig:
             standardisation: timm's ``ScaledStdConv2d``) through the weight they compute.
         reparameterize: first re-parameterize modules with timm's ``reparameterize()`` /
             ``switch_to_deploy()`` (RepVGG, MobileOne, FastViT: one conv per block), in place.
+    Format (:mod:`trtqat.formats`):
+        format: ``"int8"`` (default), ``"fp8"`` (E4M3 activations and weights, amax maps to
+            448) or ``"int4"`` (block-wise INT4 weights of Linear/MatMul layers only, W4A16).
+        block_size: int4's weight block along the input channels (32, 64 or 128).
     Calibration (with ``forward_loop``):
         method: amax method (max, percentile, mse, entropy, or a registered one); default:
             mse for models with attention, max otherwise (what the CLI families use).
@@ -86,6 +90,8 @@ class QuantConfig:
     method: str | None = None
     percentile: float = 99.99
     num_batches: int | None = None
+    format: str = "int8"
+    block_size: int = 128
 
     def __post_init__(self) -> None:
         # bools only bool, numbers finite and not strings, ...: one line naming the key
@@ -102,6 +108,14 @@ class QuantConfig:
         if not isinstance(self.num_bits, int) or not 2 <= self.num_bits <= 16:
             raise QuantConfigError(f"QuantConfig.num_bits must be an integer in [2, 16], got "
                                    f"{self.num_bits!r}")
+        from trtqat.formats import BLOCK_SIZES, FORMATS
+
+        if self.format not in FORMATS:
+            raise QuantConfigError(f"QuantConfig.format {self.format!r} is not a format: use "
+                                   f"one of {', '.join(FORMATS)}")
+        if self.block_size not in BLOCK_SIZES:
+            raise QuantConfigError(f"QuantConfig.block_size must be one of "
+                                   f"{', '.join(map(str, BLOCK_SIZES))}, got {self.block_size!r}")
         if self.method is not None:
             from trtqat.quant.calib.registry import methods
 

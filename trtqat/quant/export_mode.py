@@ -126,3 +126,9 @@ def _per_channel(x: torch.Tensor, scale: torch.Tensor, axis: tuple[int, ...] | N
         )
     scale = scale.reshape(-1)
     return scale, torch.zeros_like(scale, dtype=torch.int32), axis[0] % x.dim()
+
+
+def fp8_for_export(quantizer: Any, x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    """An FP8 E4M3 TensorQuantizer's forward while exporting (issue 36: in progress)."""
+    raise QuantizerStateError(f"{quantizer._label()}: FP8 E4M3 quantizers cannot be exported "
+                              "by this trtqat yet; export with num_bits=8")

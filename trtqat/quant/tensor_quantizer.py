@@ -21,6 +21,7 @@ from trtqat.quant.calib.base import reduce_dims
 from trtqat.quant.clip import Clip
 from trtqat.quant.describe import describe
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
+from trtqat.quant.fp8 import fake_e4m3
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting, quant_bounds
 from trtqat.quant.module_names import quantizer_label
 
@@ -326,11 +327,10 @@ class TensorQuantizer(nn.Module):
         else:
             amax = self._get_amax(inputs)
         exporting = _exporting()
-        if self._num_bits == E4M3:
+        if self._num_bits == E4M3:  # trtqat.quant.fp8: ONNX's Q/DQ arithmetic
             if exporting:
-                raise QuantizerStateError(f"{self._label()}: FP8 E4M3 cannot be exported as "
-                                          "int8 Q/DQ; export with num_bits=8")
-            return pq_ops.scaled_e4m3(inputs, amax)
+                return export_mode.fp8_for_export(self, inputs, amax)
+            return fake_e4m3(inputs, amax)
         if not self._fake_quant:
             outputs, self._scale = pq_ops.tensor_quant(inputs, amax, self._num_bits,
                                                        self._unsigned, self._narrow_range)
