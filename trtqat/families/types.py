@@ -16,6 +16,7 @@ from trtqat.variants import canonical
 # Display order of the report.
 ORDER = ("fp32", "fp16", "ptq-max", "ptq-percentile-99.9", "ptq-percentile-99.99", "ptq-mse",
          "ptq-entropy", "qat-int8", "qat-int8-fp16")
+FORMAT_ORDER = ("int8", "fp8", "int4")  # the report's blocks after FP32/FP16: one per format
 
 
 class CompareError(TrtqatError, RuntimeError):
@@ -43,8 +44,23 @@ class Variant:
     def __post_init__(self) -> None:
         self.precision = canonical(self.precision)  # int8+fp16 is still accepted
 
-    def sort_key(self) -> tuple[int, str]:
-        return (ORDER.index(self.name) if self.name in ORDER else len(ORDER), self.name)
+    @property
+    def format(self) -> str | None:
+        """The quantized format of the variant (``trtqat.variants``' column; None: float)."""
+        from trtqat.variants import BY_NAME
+
+        row = BY_NAME.get(self.precision)
+        return row.format if row is not None else None
+
+    def sort_key(self) -> tuple[int, int, str]:
+        """FP32, FP16, then each format's PTQ rows and QAT rows (INT8's in :data:`ORDER`)."""
+        fmt = self.format
+        block = 0 if fmt is None else 1 + (FORMAT_ORDER.index(fmt) if fmt in FORMAT_ORDER
+                                           else len(FORMAT_ORDER))
+        base = self.name  # the INT8 row's name: ORDER holds the rows of one format
+        if fmt not in (None, "int8"):
+            base = base.replace(f"qat-{fmt}", "qat-int8").replace(f"-{fmt}", "")
+        return (block, ORDER.index(base) if base in ORDER else len(ORDER), self.name)
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Per model: FP32 training -> PTQ with every calibrator -> QAT from the best PyTorch calibrator ->
 export of every variant -> engines -> benchmark -> that model's comparison report; then one
-report of every model (:mod:`trtqat.stages.demo_report`). By default ResNet18
+report of every model (:mod:`trtqat.stages.demo_report`). PTQ and QAT run once per format of
+``formats`` (INT8 by default; ``fp8,int8`` puts FP8 rows beside INT8's: ``ptq-max-fp8``,
+``qat-fp8`` ...; :data:`FORMAT_CALIBRATORS` says which calibrators each format takes). By default ResNet18
 (:data:`DEMO_MODELS`); MobileNetV2 on request: on digits the best PTQ calibrator keeps it at
 FP32's top-1, while the entropy calibrator clips its ReLU6 outputs and loses tens of points,
 which QAT recovers (``benchmarks/mobile_accuracy.py`` measures it over seeds; the README has
@@ -35,6 +37,10 @@ from trtqat.stages.demo_report import DemoReport, DemoSection, write_demo_report
 # (method, percentile) of every PTQ baseline
 CALIBRATORS: tuple[tuple[str, float | None], ...] = (
     ("max", None), ("percentile", 99.9), ("percentile", 99.99), ("mse", None), ("entropy", None))
+# each format's PTQ baselines: entropy is INT8's (a KL search over an integer grid), INT4
+# weights take max or mse per block
+FORMAT_CALIBRATORS: dict[str, tuple[tuple[str, float | None], ...]] = {
+    "int8": CALIBRATORS, "fp8": CALIBRATORS[:4], "int4": (("max", None), ("mse", None))}
 
 
 @dataclass
@@ -57,9 +63,18 @@ class DemoConfig:
     fresh: bool = False
     progress: bool = True
     device: str = "auto"
+    formats: str | Sequence[str] = ("int8",)  # "fp8,int8" or a list: PTQ and QAT of each
 
     def __post_init__(self) -> None:
+        from trtqat.formats import FORMATS
         from trtqat.sizes import hw
+
+        names = self.formats.split(",") if isinstance(self.formats, str) else self.formats
+        self.formats = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+        unknown = [f for f in self.formats if f not in FORMATS]
+        if unknown or not self.formats:
+            raise TrtqatError(f"--format {','.join(unknown) or '(none)'}: give one or more of "
+                              f"{', '.join(FORMATS)}, separated by commas (e.g. fp8,int8)")
 
         names = self.model.split(",") if isinstance(self.model, str) else self.model
         self.models: tuple[str, ...] = tuple(dict.fromkeys(
@@ -72,8 +87,13 @@ class DemoConfig:
             raise TrtqatError("--epochs and --calib-batches must be >= 1 and --image-size >= 8")
 
 
-def _stage_dir(root: Path, method: str, percentile: float | None) -> Path:
-    return root / (f"ptq-{method}-{percentile:g}" if percentile is not None else f"ptq-{method}")
+def _stage_dir(root: Path, method: str, percentile: float | None, fmt: str = "int8") -> Path:
+    name = f"ptq-{method}-{percentile:g}" if percentile is not None else f"ptq-{method}"
+    return root / (name if fmt == "int8" else f"{name}-{fmt}")
+
+
+def _qat_dir(root: Path, fmt: str) -> Path:
+    return root / ("qat" if fmt == "int8" else f"qat-{fmt}")
 
 
 def _done(run: Path) -> bool:
@@ -151,11 +171,8 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
                echo: Callable[[str], None]) -> tuple[CompareReport, dict[str, float]]:
     """The four stages of one model: its comparison report and the PyTorch top-1 of each
     training stage (the best epoch's, as the run folders record it)."""
-    from trtqat.families.types import StageResult
     from trtqat.runs.checkpoint import load_checkpoint
     from trtqat.sizes import size_text
-    from trtqat.stages.calibrate import CalibrateConfig
-    from trtqat.stages.qat import QATConfig
     from trtqat.stages.train import TrainConfig
 
     root = Path(cfg.runs) / folder
@@ -175,34 +192,8 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
     source = load_checkpoint(fp32 / "best.pt")
     top1 = {"fp32": float(source.get(family.score_key, -1))}
 
-    echo(f"[2/4] PTQ: {len(CALIBRATORS)} calibrators on {cfg.calib_batches} batches each")
-    ptq_results: dict[Path, float] = {}
-    for method, pct in CALIBRATORS:
-        out = _stage_dir(root, method, pct)
-        label = f"{method} {pct:g}" if pct is not None else method
-        if not cfg.fresh and _done(out):
-            ptq_results[out] = float(load_checkpoint(out / "best.pt").get(family.score_key, -1))
-            echo(f"      {label}: reusing {out} ({family.score_label} {ptq_results[out]:.2f})")
-        else:
-            res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
-                checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
-                percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True,
-                **common), source))
-            ptq_results[out] = -1.0 if res.best is None else res.best
-            echo(f"      {label}: {family.score_label} {ptq_results[out]:.2f}")
-        top1[out.name] = ptq_results[out]
-
-    best_ptq = max(ptq_results, key=ptq_results.get)
-    qat = root / "qat"
-    echo(f"[3/4] QAT fine-tuning from the QAT start, the best PyTorch calibrator "
-         f"({best_ptq.name}) -> {qat}")
-    if not cfg.fresh and _done(qat):
-        echo("      reusing the finished run (--fresh to redo)")
-    else:
-        family.run_qat(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
-                                 epochs=cfg.qat_epochs, overwrite=True, **common),
-                       load_checkpoint(best_ptq / "best.pt"))
-    top1["qat-int8"] = float(load_checkpoint(qat / "best.pt").get(family.score_key, -1))
+    for fmt in cfg.formats:
+        top1.update(_ptq_and_qat(cfg, family, root, fmt, source, common, echo))
 
     out_dir = Path(cfg.out) / folder
     echo(f"[4/4] export every variant to {cfg.export_dir}/, build {cfg.backend} engines, "
@@ -213,3 +204,45 @@ def _run_model(cfg: DemoConfig, model: str, family, folder: str,
                                    threads=cfg.threads, fresh=cfg.fresh,
                                    progress=cfg.progress), echo=echo)
     return report, top1
+
+
+def _ptq_and_qat(cfg: DemoConfig, family, root: Path, fmt: str, source: dict,
+                 common: dict, echo: Callable[[str], None]) -> dict[str, float]:
+    """PTQ of one format with each of its calibrators, then QAT from the best of them:
+    the PyTorch top-1 of each run (``ptq-<method>[-<format>]``, ``qat-<format>``)."""
+    from trtqat.families.types import StageResult
+    from trtqat.runs.checkpoint import load_checkpoint
+    from trtqat.stages.calibrate import CalibrateConfig
+    from trtqat.stages.qat import QATConfig
+
+    calibrators = FORMAT_CALIBRATORS[fmt]
+    fp32, name = root / "fp32", fmt.upper()
+    echo(f"[2/4] PTQ {name}: {len(calibrators)} calibrators on {cfg.calib_batches} batches "
+         "each")
+    top1: dict[str, float] = {}
+    for method, pct in calibrators:
+        out = _stage_dir(root, method, pct, fmt)
+        label = f"{method} {pct:g}" if pct is not None else method
+        if not cfg.fresh and _done(out):
+            top1[out.name] = float(load_checkpoint(out / "best.pt").get(family.score_key, -1))
+            echo(f"      {label}: reusing {out} ({family.score_label} {top1[out.name]:.2f})")
+            continue
+        res = StageResult.of("calibrate", family.run_calibrate(CalibrateConfig(
+            checkpoint=str(fp32 / "best.pt"), out=str(out), method=method,
+            percentile=pct or 99.99, num_batches=cfg.calib_batches, overwrite=True,
+            **({} if fmt == "int8" else {"format": fmt}), **common), source))
+        top1[out.name] = -1.0 if res.best is None else res.best
+        echo(f"      {label}: {family.score_label} {top1[out.name]:.2f}")
+
+    best_ptq = root / max(top1, key=top1.get)
+    qat = _qat_dir(root, fmt)
+    echo(f"[3/4] QAT {name} fine-tuning from the QAT start, the best PyTorch calibrator "
+         f"({best_ptq.name}) -> {qat}")
+    if not cfg.fresh and _done(qat):
+        echo("      reusing the finished run (--fresh to redo)")
+    else:
+        family.run_qat(QATConfig(checkpoint=str(best_ptq / "best.pt"), out=str(qat),
+                                 epochs=cfg.qat_epochs, overwrite=True, **common),
+                       load_checkpoint(best_ptq / "best.pt"))
+    top1[f"qat-{fmt}"] = float(load_checkpoint(qat / "best.pt").get(family.score_key, -1))
+    return top1

@@ -43,10 +43,27 @@ class DemoSection:
 
     @property
     def qat_start(self) -> str | None:
-        """The best PyTorch calibrator (``ptq-*`` by fake-quant top-1, the first best, as
-        ``trtqat demo`` picks it): where QAT started."""
-        ptq = [k for k in self.pytorch_top1 if k.startswith("ptq")]
-        return max(ptq, key=self.pytorch_top1.__getitem__) if ptq else None
+        """The best INT8 PyTorch calibrator (``ptq-*`` by fake-quant top-1, the first best,
+        as ``trtqat demo`` picks it): where INT8 QAT started."""
+        return self.qat_starts.get("int8")
+
+    @property
+    def qat_starts(self) -> dict[str, str]:
+        """Each format's best PyTorch calibrator (its ``ptq-*`` runs), where its QAT started."""
+        starts: dict[str, str] = {}
+        for fmt in dict.fromkeys(run_format(k) for k in self.pytorch_top1 if k.startswith("ptq")):
+            ptq = [k for k in self.pytorch_top1 if k.startswith("ptq") and run_format(k) == fmt]
+            starts[fmt] = max(ptq, key=self.pytorch_top1.__getitem__)
+        return starts
+
+
+def run_format(name: str) -> str:
+    """The format of a demo run or variant name: ``ptq-max-fp8``/``qat-fp8`` -> fp8;
+    INT8's keep the names they had before formats (``ptq-max``, ``qat-int8``)."""
+    from trtqat.formats import FORMATS
+
+    return next((f for f in FORMATS if name.endswith(f"-{f}") or name.startswith(f"qat-{f}")),
+                "int8")
 
 
 @dataclass
@@ -87,17 +104,29 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
     ok = {v["name"]: v for v in doc["variants"] if v["status"] == "ok"
           and v["metrics"].get(metric) is not None}
     score = {name: float(v["metrics"][metric]) for name, v in ok.items()}
-    ptq = [n for n in ok if n.startswith("ptq")]
+    fp32 = score.get("fp32")
+    formats = {fmt: _format_summary(ok, score, fp32, fmt, doc["batch_sizes"])
+               for fmt in dict.fromkeys(run_format(n) for n in ok
+                                        if n.startswith(("ptq", "qat")))}
+    int8 = formats.get("int8") or _format_summary(ok, score, fp32, "int8", doc["batch_sizes"])
+    return {"metric": metric, "fp32": fp32, **{k: v for k, v in int8.items() if k != "speedup"},
+            "int8_speedup": int8["speedup"], "formats": formats}
+
+
+def _format_summary(ok: dict[str, Any], score: dict[str, float], fp32: float | None, fmt: str,
+                    batch_sizes: list[int]) -> dict[str, Any]:
+    """One format's best PTQ engine, QAT and QAT's speed-up (None where missing)."""
+    ptq = [n for n in ok if n.startswith("ptq") and run_format(n) == fmt]
     best = max(ptq, key=lambda n: score[n]) if ptq else None  # first best, in report order
-    fp32, qat = score.get("fp32"), score.get("qat-int8")
+    qat_name = f"qat-{fmt}"
+    qat = score.get(qat_name)
     diff = lambda a, b: None if a is None or b is None else a - b  # noqa: E731
     best_score = score[best] if best else None
-    speedup = {str(b): (ok["qat-int8"]["derived"].get(f"speedup@{b}")
-                        if "qat-int8" in ok else None) for b in doc["batch_sizes"]}
-    return {"metric": metric, "fp32": fp32, "best_ptq": best, "best_ptq_score": best_score,
-            "qat": qat, "best_ptq_minus_fp32": diff(best_score, fp32),
-            "qat_minus_fp32": diff(qat, fp32), "qat_minus_best_ptq": diff(qat, best_score),
-            "int8_speedup": speedup}
+    speedup = {str(b): (ok[qat_name]["derived"].get(f"speedup@{b}")
+                        if qat_name in ok else None) for b in batch_sizes}
+    return {"best_ptq": best, "best_ptq_score": best_score, "qat": qat,
+            "best_ptq_minus_fp32": diff(best_score, fp32), "qat_minus_fp32": diff(qat, fp32),
+            "qat_minus_best_ptq": diff(qat, best_score), "speedup": speedup}
 
 
 def _f(v: float | None, spec: str, suffix: str = "") -> str:
@@ -113,15 +142,25 @@ def glance_rows(sections: list[DemoSection]) -> tuple[list[str], list[list[str]]
               "best PTQ engine", f"best PTQ engine {metric} (vs FP32)",
               f"QAT INT8 {metric} (vs FP32)", "QAT - best PTQ engine",
               *(f"QAT INT8 speed-up @{b}" for b in bs)]
+    summaries = [summary(doc) for doc in docs]
+    others = list(dict.fromkeys(f for m in summaries for f in m["formats"] if f != "int8"))
+    for fmt in others:  # FP8 / INT4: their best PTQ engine and QAT beside INT8's
+        header += [f"best PTQ {fmt.upper()} engine {metric} (vs FP32)",
+                   f"QAT {fmt.upper()} {metric} (vs FP32)"]
     rows = []
-    for s, doc in zip(sections, docs):
-        m = summary(doc)
-        rows.append([
+    for s, m in zip(sections, summaries):
+        row = [
             s.model, _f(m["fp32"], ".2f"), s.qat_start or "-", m["best_ptq"] or "-",
             f"{_f(m['best_ptq_score'], '.2f')} ({_f(m['best_ptq_minus_fp32'], '+.2f')})",
             f"{_f(m['qat'], '.2f')} ({_f(m['qat_minus_fp32'], '+.2f')})",
             _f(m["qat_minus_best_ptq"], "+.2f"),
-            *(_f(m["int8_speedup"].get(str(b)), ".2f", "x") for b in bs)])
+            *(_f(m["int8_speedup"].get(str(b)), ".2f", "x") for b in bs)]
+        for fmt in others:
+            f = m["formats"].get(fmt) or {}
+            row += [f"{f.get('best_ptq') or '-'} {_f(f.get('best_ptq_score'), '.2f')} "
+                    f"({_f(f.get('best_ptq_minus_fp32'), '+.2f')})",
+                    f"{_f(f.get('qat'), '.2f')} ({_f(f.get('qat_minus_fp32'), '+.2f')})"]
+        rows.append(row)
     return header, rows
 
 
@@ -174,6 +213,7 @@ def write_demo_report(sections: list[DemoSection], out_dir: str | Path) -> DemoR
         REPORT_MARKER: "demo",
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "models": [{"model": s.model, "folder": s.folder, "qat_start": s.qat_start,
+                    "qat_starts": s.qat_starts,
                     "summary": summary(s.report.document),
                     "pytorch_top1": s.pytorch_top1, "wall_s": s.wall_s,
                     "report": s.report.document} for s in sections]}

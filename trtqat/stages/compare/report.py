@@ -42,9 +42,12 @@ class VariantResult:
     rounds: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # per round
     failed_checks: list[str] = field(default_factory=list)  # measured anyway, marked
     emulated: bool = False  # the backend only emulates this precision (meant for TensorRT)
+    onnx_mib: float | None = None  # the ONNX file's size (with its external data)
+    predictions: Any = field(default=None, repr=False)  # top-1 per image (not in the JSON)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["predictions"]
         for key in ("latency_ms", "throughput", "latency_spread", "throughput_spread",
                     "rounds"):
             d[key] = {str(k): v for k, v in getattr(self, key).items()}
@@ -189,16 +192,17 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     bs = report["batch_sizes"]
     lat_b, thr_b = bs[0], bs[-1]
     encoder = metric == ENCODER_METRIC
-    header = ["variant", "precision", metric, f"Δ{metric} vs fp32", f"latency@{lat_b} ms",
-              f"speedup@{lat_b}", f"img/s@{thr_b}", "int/float nodes", "checks"]
+    header = ["variant", "precision", metric, f"Δ{metric} vs fp32", "agree fp32 %",
+              f"latency@{lat_b} ms", f"speedup@{lat_b}", f"img/s@{thr_b}", "ONNX MiB",
+              "int/float nodes", "checks"]
     if encoder:  # embedding fidelity vs the FP32 PyTorch model replaces top-1 and its delta
         header[2:4] = ["cosine vs fp32", "Spearman"]
-        header[6] = f"sent/s@{thr_b}"
+        header[7] = f"sent/s@{thr_b}"
     rows = []
     for v in report["variants"]:
         if v["status"] != "ok":
-            rows.append([v["name"], v["precision"], "FAILED", (v["error"] or "")[:60], "", "", "",
-                         "", "-"])
+            rows.append([v["name"], v["precision"], "FAILED", (v["error"] or "")[:60], "", "",
+                         "", "", "", "", "-"])
             continue
         d = v["derived"]
         nodes = v["nodes"]
@@ -206,9 +210,11 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             v["name"], v["precision"] + (" (emulated)" if v.get("emulated") else ""),
             _fmt(v["metrics"].get(metric), ".5f" if encoder else ".2f"),
             _fmt(v["metrics"].get("spearman"), ".5f") if encoder else _fmt(d.get("delta"), "+.2f"),
+            _fmt(v["metrics"].get("agree_fp32"), ".2f"),
             _with_spread(v, "latency_ms", lat_b, ".3f"),
             _fmt(d.get(f"speedup@{lat_b}"), ".2f") + ("x" if d.get(f"speedup@{lat_b}") else ""),
             _with_spread(v, "throughput", thr_b, ".1f"),
+            _fmt(v.get("onnx_mib"), ".2f"),
             f"{nodes.get('integer', '-')}/{nodes.get('float', '-')}" if nodes else "-",
             _checks(v),
         ])

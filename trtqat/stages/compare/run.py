@@ -16,6 +16,7 @@ from trtqat.errors import TrtqatError
 from trtqat.finite import check_finite_arrays
 from trtqat.outputs import select
 from trtqat.progress import progress as progress_of
+from trtqat.stages.compare import figures
 from trtqat.stages.compare.data import EvalData, feed_for
 from trtqat.stages.compare.report import (
     VariantResult,
@@ -158,9 +159,10 @@ def verdict_note(reencoding: dict[str, Any]) -> str | None:
 
 
 def score(runner, data: EvalData, names: list[str], family, source: Path,
-          progress: bool = True) -> dict[str, float | None]:
+          progress: bool = True, keep: dict[str, Any] | None = None) -> dict[str, float | None]:
     """``family.metric`` of the engine's outputs on every scored batch (NaN as None;
-    ``progress``: lines off a terminal when it takes longer than 30 s)."""
+    ``progress``: lines off a terminal when it takes longer than 30 s); ``keep["predictions"]``
+    gets the top-1 of classifier outputs (:func:`figures.predictions`)."""
     outs = []
     for batch in progress_of(data.batches, total=len(data.batches), desc=f"score {Path(source).name}",
                              enabled=progress, brief=True):
@@ -179,6 +181,8 @@ def score(runner, data: EvalData, names: list[str], family, source: Path,
                                          and got.shape != data.targets.shape):
         raise CompareError(f"the engine returns {got.shape} outputs for {data.targets.shape} "
                            "expected: is it an export of this model?")
+    if keep is not None:
+        keep["predictions"] = figures.predictions(got)
     return {k: (None if isinstance(v, float) and not np.isfinite(v) else float(v))
             for k, v in family.metric(got, data.targets, **data.metric_args).items()}
 
@@ -259,8 +263,11 @@ def measure_variant(variant: Variant, cfg: CompareConfig, data: EvalData, family
         feed_for(feed, names, onnx_path)  # a file of another model: say so before building
     engine = _build(variant, onnx_path, engine_path, cfg, data, names, result)
     runner_kwargs = finish_variant(result, engine, cfg)
+    result.onnx_mib = figures.onnx_mib(onnx_path)
+    kept: dict[str, Any] = {}
     with engine.runner(**runner_kwargs) as runner:
-        result.metrics = score(runner, data, names, family, onnx_path, cfg.progress)
+        result.metrics = score(runner, data, names, family, onnx_path, cfg.progress, kept)
+    result.predictions = kept.get("predictions")
     return Timed(result, engine, runner_kwargs,
                  {b: feed_for(data.timing(b), names, onnx_path) for b in cfg.batch_sizes})
 
@@ -334,6 +341,7 @@ def compare(cfg: CompareConfig, echo: Callable[[str], None] = print) -> CompareR
             status = f"CHECK FAILED (measured anyway): {r.failed_checks[0][:120]}"
         echo(f"      {status} ({time.perf_counter() - t0:.1f}s)")
     time_interleaved(timed, cfg.batch_sizes, cfg.duration_s, cfg.warmup_ms, echo=echo)
+    figures.add_agreement(results)
     if all(r.status != "ok" for r in results):
         raise CompareError("every variant failed: " + "; ".join(f"{r.name}: {r.error}" for r in results))
     providers = sorted({p for r in results for p in getattr(r, "providers", [])}) or [backend]

@@ -40,9 +40,14 @@ def resolve_run(run_dir: str | Path) -> Path:
 
 
 def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
-    """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: int8; QAT: int8, int8-fp16)."""
+    """The variants one checkpoint yields (FP32: fp32 + fp16; PTQ: its format's base variant,
+    int8 / fp8 / int4; QAT: that and its fp16 form). INT8 rows keep their names
+    (``ptq-max``, ``qat-int8``); other formats' carry theirs (``ptq-max-fp8``, ``qat-fp8``)."""
     from trtqat import families
+    from trtqat.formats import of_checkpoint
 
+    fmt = of_checkpoint(ckpt)
+    suffix = "" if fmt == "int8" else f"-{fmt}"
     stage = ckpt.get("stage", "fp32")
     spec = ckpt.get("model", {})
     at = {"stage": stage, "arch": arch_label(str(spec.get("arch", "model"))),
@@ -51,10 +56,10 @@ def variants_of_checkpoint(path: Path, ckpt: dict[str, Any]) -> list[Variant]:
         return [Variant("fp32", "fp32", "fp32", path, **at),
                 Variant("fp16", "fp16", "fp16", path, **at)]
     if stage == "ptq":
-        return [Variant(ptq_tag(ckpt.get("calib") or {}), "int8", "int8", path, **at)]
+        return [Variant(ptq_tag(ckpt.get("calib") or {}) + suffix, fmt, fmt, path, **at)]
     if stage == "qat":
-        return [Variant("qat-int8", "int8", "int8", path, **at),
-                Variant("qat-int8-fp16", "int8-fp16", "int8-fp16", path, **at)]
+        return [Variant(f"qat-{fmt}", fmt, fmt, path, **at),
+                Variant(f"qat-{fmt}-fp16", f"{fmt}-fp16", f"{fmt}-fp16", path, **at)]
     return []
 
 
@@ -140,10 +145,32 @@ def explicit(paths: list[str]) -> list[Variant]:
             model = onnx.load(str(path), load_external_data=False)
         except Exception:
             raise CompareError(f"{path} is not an ONNX model: pass a file written by trtqat export") from None
-        ops = {n.op_type for n in model.graph.node}
-        fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
-        int8 = "QuantizeLinear" in ops or "DequantizeLinear" in ops
-        precision = ("int8-fp16" if fp16 else "int8") if int8 else ("fp16" if fp16 else "fp32")
+        precision = file_precision(model)
         family = families.of_onnx(model).name
         out.append(Variant(path.stem, precision, None, onnx=path, family=family))
     return out
+
+
+def file_precision(model: Any) -> str:
+    """The variant an ONNX file is: its ``trtqat.variant`` metadata, else read from the graph
+    (Q/DQ zero points or weights of FLOAT8E4M3FN: fp8; INT4 weights: int4; other Q/DQ: int8;
+    float16 initializers: the ``-fp16`` form)."""
+    import onnx
+
+    from trtqat.variants import BY_NAME, canonical
+
+    meta = {p.key: p.value for p in model.metadata_props}
+    if canonical(meta.get("trtqat.variant", "")) in BY_NAME:
+        return canonical(meta["trtqat.variant"])
+    T = onnx.TensorProto
+    types = {t.data_type for t in model.graph.initializer}
+    fp16 = T.FLOAT16 in types
+    if T.FLOAT8E4M3FN in types:
+        fmt = "fp8"
+    elif T.INT4 in types:
+        fmt = "int4"
+    elif {n.op_type for n in model.graph.node} & {"QuantizeLinear", "DequantizeLinear"}:
+        fmt = "int8"
+    else:
+        return "fp16" if fp16 else "fp32"
+    return f"{fmt}-fp16" if fp16 else fmt
