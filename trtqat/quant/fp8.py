@@ -31,13 +31,16 @@ class _FakeE4M3(torch.autograd.Function):
     def forward(ctx, inputs, amax):  # type: ignore[override]
         scale = fp8_scale(amax)
         ctx.save_for_backward(inputs, amax)
-        return (quantize_e4m3(inputs, scale).float() * scale).to(inputs.dtype)
+        # quantize_e4m3's arithmetic, in one float32 buffer (half the passes over memory)
+        out = inputs.float() / scale
+        out.clamp_(-E4M3_MAX, E4M3_MAX)
+        out.copy_(out.to(torch.float8_e4m3fn))
+        return out.mul_(scale).to(inputs.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         inputs, amax = ctx.saved_tensors
-        inside = inputs.abs() <= amax.to(inputs.dtype)
-        return torch.where(inside, grad, torch.zeros_like(grad)), None
+        return grad.masked_fill(inputs.abs() > amax.to(inputs.dtype), 0), None
 
 
 def fake_e4m3(inputs: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
