@@ -140,7 +140,12 @@ class Builder(ABC):
         model = load_onnx(path)
         inputs = resolve_profile(onnx_input_specs(model), self.options,
                                  dynamic_default_one=self.dynamic_default_one)
-        return self._build_impl(path, model, inputs)
+        engine = self._build_impl(path, model, inputs)
+        from trtqat.engines.qformats import describe
+
+        # what the file holds (int8/fp8/int4 Q/DQ, fp16): the engine's precision
+        engine.header.update(describe(model))
+        return engine
 
     @abstractmethod
     def _build_impl(self, path: Path, model: onnx.ModelProto,
