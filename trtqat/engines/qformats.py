@@ -87,15 +87,6 @@ def precision_name(formats: tuple[str, ...] | list[str], float16: bool) -> str:
     return "+".join(formats) + ("-fp16" if float16 else "")
 
 
-def describe(model: onnx.ModelProto) -> dict[str, Any]:
-    """``{"quant_formats": [...], "precision": "..."}`` for an engine header."""
-    from trtqat.engines.onnx_io import has_float16
-
-    formats = quant_formats(model)
-    return {"quant_formats": list(formats), "precision": precision_name(formats,
-                                                                       has_float16(model))}
-
-
 def cpu_format_notes(header: Mapping[str, Any]) -> list[str]:
     """The NOTE lines of an ONNX Runtime engine run by the CPU provider alone that holds FP8
     or INT4: which of them it emulates in float, and where INT4 runs on MatMulNBits."""
@@ -122,5 +113,5 @@ def log_format_notes(header: Mapping[str, Any], logger: logging.Logger | None = 
         (logger or log).warning("NOTE %s", note)
 
 
-__all__ = ["FORMAT_ORDER", "cpu_format_notes", "describe", "log_format_notes", "precision_name",
+__all__ = ["FORMAT_ORDER", "cpu_format_notes", "log_format_notes", "precision_name",
            "quant_formats"]
