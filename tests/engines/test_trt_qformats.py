@@ -116,6 +116,7 @@ def test_exec_takes_fp8_and_int4(fake_trt, tmp_path: Path, capsys) -> None:
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "not supported by trtqat-exec" not in err
+    assert "Precision: fp8 (from the ONNX file)" in out.splitlines()
     if fake_trt._major >= 11:
         assert "--fp8: TensorRT 11.4.0.106 takes precision from the ONNX graph" in err
         assert "trtqat export --variant fp8'" in err

@@ -242,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         verb, source = "loaded", args.loadEngine
     _say(f"Engine {verb} in {time.perf_counter() - start:.3f} s from {source} "
          f"({backend} {engine.header.get('backend_version')})")
+    if engine.header.get("precision"):  # what the ONNX holds (trtexec: "Precision: FP32+INT8")
+        _say(f"Precision: {engine.header['precision']} (from the ONNX file)")
     if verb == "loaded":  # build_engine warns itself
         from trtqat.engines.ort_nodes import mostly_float_note
         from trtqat.engines.qformats import log_format_notes
