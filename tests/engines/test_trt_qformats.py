@@ -117,6 +117,11 @@ def test_exec_takes_fp8_and_int4(fake_trt, tmp_path: Path, capsys) -> None:
     assert rc == 0, err
     assert "not supported by trtqat-exec" not in err
     assert "Precision: fp8 (from the ONNX file)" in out.splitlines()
+    assert "takes precision from the ONNX graph" not in err  # the file holds FP8 already
+    plain = make_conv_model(tmp_path / "float.onnx", batch=1)
+    rc = main([f"--onnx={plain}", "--backend=tensorrt", "--fp8", *FAST])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
     if fake_trt._major >= 11:
         assert "--fp8: TensorRT 11.4.0.106 takes precision from the ONNX graph" in err
         assert "trtqat export --variant fp8'" in err

@@ -73,8 +73,13 @@ def plan_precision(trt: Any, options: BuildOptions, formats: tuple[str, ...],
     together, is one line (EngineBuildError / OptionsError)."""
     version = f"TensorRT {trt.__version__}"
     if trt_major(trt) >= 11:
+        given = _given(options)
+        if given and set(given) <= set(formats) & {"fp8", "int4"}:  # the file has them already
+            return PrecisionPlan(ignored=given, infos=[
+                f"{' '.join('--' + f for f in given)}: {version} takes precision from the ONNX "
+                "graph, which holds it already; nothing to set"])
         note = precision_note(options, version)
-        return PrecisionPlan(ignored=_given(options), warnings=[note] if note else [])
+        return PrecisionPlan(ignored=given, warnings=[note] if note else [])
     for fmt in ("fp8", "int4"):
         if fmt in formats and not hasattr(trt.BuilderFlag, _FLAG_NAMES[fmt]):
             raise EngineBuildError(
