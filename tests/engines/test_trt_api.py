@@ -24,7 +24,8 @@ from .fake_cuda.bindings import runtime as fake_rt
 from .fake_tensorrt import api_names, make_module
 
 ENGINES = Path(trtqat.engines.__file__).parent
-TRT_SOURCES = [ENGINES / "trt.py", ENGINES / "trt_runner.py", ENGINES / "trt_lib.py"]
+TRT_SOURCES = [ENGINES / "trt.py", ENGINES / "trt_runner.py", ENGINES / "trt_lib.py",
+               ENGINES / "trt_precision.py"]
 CORE = {"Builder.create_network", "OnnxParser.parse", "OnnxParser.get_error",
         "OnnxParser.num_errors", "Builder.create_builder_config",
         "IBuilderConfig.set_memory_pool_limit", "IBuilderConfig.builder_optimization_level",
@@ -39,7 +40,8 @@ CORE = {"Builder.create_network", "OnnxParser.parse", "OnnxParser.get_error",
         "IExecutionContext.get_tensor_shape", "IExecutionContext.set_tensor_address",
         "IExecutionContext.execute_async_v3", "IExecutionContext.profiler",
         "INetworkDefinition.num_inputs", "INetworkDefinition.get_input", "ITensor.shape",
-        "ITensor.name", "BuilderFlag.FP16", "BuilderFlag.INT8", "Logger.WARNING",
+        "ITensor.name", "BuilderFlag.FP16", "BuilderFlag.INT8", "BuilderFlag.FP8",
+        "BuilderFlag.INT4", "Logger.WARNING",
         "NetworkDefinitionCreationFlag.STRONGLY_TYPED", "MemoryPoolType.WORKSPACE",
         "IBuilderConfig.profiling_verbosity", "ProfilingVerbosity.DETAILED",
         "ICudaEngine.create_engine_inspector", "EngineInspector.get_engine_information",
@@ -60,7 +62,8 @@ def test_trt_sources_use_only_the_tensorrt_api() -> None:
         where = "TensorRT 10 only, unguarded" if is_known(access.name, api10) else "unknown"
         bad.append(f"line {access.line}: {access.name} ({where})")
     assert not bad, bad
-    flags = [a for a in accesses if a.name in ("BuilderFlag.FP16", "BuilderFlag.INT8")]
+    flags = [a for a in accesses if a.name in ("BuilderFlag.FP16", "BuilderFlag.INT8",
+                                               "BuilderFlag.FP8", "BuilderFlag.INT4")]
     assert flags and all(a.guarded_10 for a in flags)
 
 

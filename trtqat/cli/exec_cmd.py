@@ -71,6 +71,10 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, metavar="name:1x3x224x224,...", help=text)
     parser.add_argument("--fp16", action="store_true", help="FP16 builder flag (TensorRT 10)")
     parser.add_argument("--int8", action="store_true", help="INT8 builder flag (TensorRT 10)")
+    parser.add_argument("--fp8", action="store_true", help="FP8 builder flag (TensorRT 10; "
+                        "set by itself for a file with FP8 Q/DQ)")
+    parser.add_argument("--int4", action="store_true", help="INT4 builder flag (TensorRT 10; "
+                        "set by itself for a file with INT4 weights)")
     parser.add_argument("--best", action="store_true", help="FP16+INT8 builder flags (TensorRT 10)")
     parser.add_argument("--stronglyTyped", action="store_true",
                         help="strongly typed network (TensorRT 10; always on in 11)")
@@ -122,7 +126,7 @@ def build_options_from_args(args: argparse.Namespace) -> Any:
     return BuildOptions(
         shapes=shapes("shapes"), min_shapes=shapes("minShapes"), opt_shapes=shapes("optShapes"),
         max_shapes=shapes("maxShapes"), fp16=args.fp16, int8=args.int8, best=args.best,
-        strongly_typed=args.stronglyTyped,
+        fp8=args.fp8, int4=args.int4, strongly_typed=args.stronglyTyped,
         memory_pools=parse_mem_pools(args.memPoolSize) if args.memPoolSize else {},
         builder_optimization_level=args.builderOptimizationLevel,
         timing_cache=args.timingCacheFile, threads=args.threads,
@@ -238,12 +242,16 @@ def run(args: argparse.Namespace) -> int:
         verb, source = "loaded", args.loadEngine
     _say(f"Engine {verb} in {time.perf_counter() - start:.3f} s from {source} "
          f"({backend} {engine.header.get('backend_version')})")
+    if engine.header.get("precision"):  # what the ONNX holds (trtexec: "Precision: FP32+INT8")
+        _say(f"Precision: {engine.header['precision']} (from the ONNX file)")
     if verb == "loaded":  # build_engine warns itself
         from trtqat.engines.ort_nodes import mostly_float_note
+        from trtqat.engines.qformats import log_format_notes
 
         note = mostly_float_note(engine.header)
         if note:
             logging.getLogger("trtqat.exec").warning(note)
+        log_format_notes(engine.header, logging.getLogger("trtqat.exec"))
     # check the run shapes and input files before writing anything
     feed = None if args.skipInference else make_feed(args, engine)
     if args.saveEngine:

@@ -36,7 +36,7 @@ def add_trtexec_compat(p: argparse.ArgumentParser) -> None:
 
 # trtexec flags trtqat-exec accepts and ignores (named in one [W] line each)
 UNSUPPORTED_FLAGS = (
-    "noTF32", "bf16", "fp8", "int4", "inputIOFormats", "outputIOFormats", "sparsity",
+    "noTF32", "bf16", "inputIOFormats", "outputIOFormats", "sparsity",
     "allowGPUFallback", "useDLACore", "noBuilderCache", "noCompilationCache", "dumpOutput",
     "dumpRawBindingsToFile", "idleTime", "sleepTime", "exposeDMA", "useManagedMemory",
     "precisionConstraints", "layerPrecisions", "layerOutputTypes", "layerDeviceTypes",

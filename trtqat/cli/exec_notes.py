@@ -12,7 +12,8 @@ import argparse
 from trtqat.engines.registry import backend_info
 
 # build-only flags (argparse dest = flag name): a loaded engine keeps what it was built with
-BUILD_FLAGS = ("minShapes", "optShapes", "maxShapes", "fp16", "int8", "best", "stronglyTyped",
+BUILD_FLAGS = ("minShapes", "optShapes", "maxShapes", "fp16", "int8", "fp8", "int4", "best",
+               "stronglyTyped",
                "memPoolSize", "builderOptimizationLevel", "timingCacheFile", "providers",
                "ortPrepare", "cpuInt8", "calibInputs", "profilingVerbosity")
 

@@ -21,7 +21,8 @@ import onnx
 
 from trtqat.engines.errors import EngineFileError, InputError, RunnerStateError, ShapeError
 from trtqat.engines.fileformat import EngineFile, read_engine_files, write_engine_files
-from trtqat.engines.onnx_io import load_onnx, onnx_input_specs
+from trtqat.engines.onnx_io import has_float16, load_onnx, onnx_input_specs
+from trtqat.engines.qformats import precision_name, quant_formats
 from trtqat.engines.specs import BuildOptions, Shape, TensorSpec, format_shape, resolve_profile
 
 if TYPE_CHECKING:
@@ -140,7 +141,12 @@ class Builder(ABC):
         model = load_onnx(path)
         inputs = resolve_profile(onnx_input_specs(model), self.options,
                                  dynamic_default_one=self.dynamic_default_one)
-        return self._build_impl(path, model, inputs)
+        engine = self._build_impl(path, model, inputs)
+        # what the file holds (int8/fp8/int4 Q/DQ, fp16): the engine's precision
+        formats = quant_formats(model)
+        engine.header.update(quant_formats=list(formats),
+                             precision=precision_name(formats, has_float16(model)))
+        return engine
 
     @abstractmethod
     def _build_impl(self, path: Path, model: onnx.ModelProto,

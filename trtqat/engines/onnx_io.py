@@ -134,7 +134,19 @@ FP16_UNSAFE_ORT_OPTIMIZERS = ("NchwcTransformer",)
 FP16_QDQ_FUSIONS = "QDQSelectorActionTransformer"
 
 
+# ORT 1.32's level-2 rules drop a Relu in front of an FP8 QuantizeLinear with zero point 0, as
+# if FP8 were unsigned like uint8 (its ReluQuantFusion; the rule cannot be disabled alone):
+# the negative half then reaches the FP8 Q and the output is wrong (measured: a Conv ->
+# Relu -> Q/DQ(fp8) -> Conv graph off by more than its output range). Off for FP8 graphs.
+FP8_UNSAFE_ORT_OPTIMIZERS = ("Level2_RuleBasedTransformer",)
+
+
 def ort_disabled_optimizers(model: onnx.ModelProto) -> list[str]:
     """The ORT optimizers to disable for ``model``: :data:`FP16_UNSAFE_ORT_OPTIMIZERS` for a
-    float16 graph, none otherwise."""
-    return list(FP16_UNSAFE_ORT_OPTIMIZERS) if has_float16(model) else []
+    float16 graph, :data:`FP8_UNSAFE_ORT_OPTIMIZERS` for one with FP8 Q/DQ."""
+    from trtqat.engines.qformats import quant_formats
+
+    disabled = list(FP16_UNSAFE_ORT_OPTIMIZERS) if has_float16(model) else []
+    if "fp8" in quant_formats(model):
+        disabled += FP8_UNSAFE_ORT_OPTIMIZERS
+    return disabled

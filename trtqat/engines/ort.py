@@ -150,6 +150,9 @@ def _session_options(ort: Any, options: BuildOptions, threads: int | None = None
     # Masked attention scores underflow Softmax's exp into denormals, which are ~10x slower
     # on x86; flushing them to zero (as GPUs do) changes no result beyond 1e-38.
     so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    # DQ(int4 block) -> MatMul becomes MatMulNBits; level 1 keeps float32 activations (the
+    # file's W4A16 maths; ORT's default 4 quantizes them to int8: faster, other numbers)
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
     return so
 
 

@@ -70,6 +70,7 @@ def cpu_session(model: onnx.ModelProto, threads: int = 2, level: str = "all",
     }[level]
     if optimized_path is not None:
         so.optimized_model_filepath = optimized_path
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")  # as ort.py
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=ort_disabled_optimizers(model))
 

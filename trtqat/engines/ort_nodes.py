@@ -55,6 +55,9 @@ def mostly_float_note(header: Mapping[str, Any]) -> str | None:
     summary = header.get("compute_nodes")
     if not isinstance(summary, Mapping) or not summary.get("qdq_source"):
         return None
+    formats = header.get("quant_formats")  # absent from older sidecars: INT8 was the only one
+    if formats is not None and "int8" not in formats:
+        return None  # FP8/INT4 files: trtqat.engines.qformats.cpu_format_notes says it
     floats = _heavy(_by_count(summary.get("float_ops") or {}))
     ints = summary.get("integer_ops")  # absent from older sidecars: every integer node
     integer = (sum(_heavy(ints).values()) if isinstance(ints, Mapping)

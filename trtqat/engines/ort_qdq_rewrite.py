@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 
 def _qparams(g: Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray] | None:
-    """Constant (scale, zero_point) of a Q or DQ node (zero-point defaults to uint8 0)."""
+    """Constant (scale, zero_point) of an 8-bit integer Q or DQ node (zero-point defaults to
+    uint8 0); None for anything else, FP8 and INT4 Q/DQ included: these rewrites are for
+    INT8 only, and leave other formats as ONNX Runtime runs them."""
     scale = g.const(node.input[1])
     if scale is None:
         return None
@@ -40,8 +42,16 @@ def _qparams(g: Graph, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray] | 
         zp = g.const(node.input[2])
         if zp is None:
             return None
+    elif attr(node, "output_dtype", 0) not in (0, onnx.TensorProto.UINT8, onnx.TensorProto.INT8):
+        return None  # a Q to FP8 or INT4 without zero point
     else:
         zp = np.array(0, np.uint8)
+        if node.op_type == "DequantizeLinear":
+            w = g.const(node.input[0])
+            if w is not None and w.dtype not in (np.int8, np.uint8):
+                return None  # DQ of an INT4 or FP8 constant without zero point
+    if zp.dtype not in (np.int8, np.uint8):
+        return None
     return scale, zp
 
 

@@ -88,11 +88,16 @@ class Units:
                                     and g.is_const(node.input[0]))
 
     def quantized_weight(self, name: str) -> bool:
+        """``name`` is an INT8 weight: the DequantizeLinear of an int8/uint8 constant (FP8
+        and INT4 weights make no integer unit: ORT runs them in float)."""
         node = self.g.producer.get(name)
         while node is not None and node.op_type in _TO_WEIGHT:
             node = self.g.producer.get(node.input[0])
-        return (node is not None and node.op_type == "DequantizeLinear"
-                and self.g.is_const(node.input[0]))
+        if node is None or node.op_type != "DequantizeLinear" or not self.g.is_const(
+                node.input[0]):
+            return False
+        weight = self.g.const(node.input[0])
+        return weight is None or weight.dtype in (np.int8, np.uint8)
 
     def data_inputs(self, node: onnx.NodeProto) -> list[str] | None:
         """The activation inputs of an integer-capable ``node``; None for other nodes."""
@@ -161,10 +166,14 @@ def clip_bounds(g: Graph, node: onnx.NodeProto) -> tuple[float, float] | None:
 
 
 def _params(g: Graph, q: onnx.NodeProto) -> tuple[float, np.ndarray] | None:
-    """Per-tensor (scale, zero-point array) of a Q node with constant parameters."""
+    """Per-tensor (scale, zero-point array) of an 8-bit integer Q node with constant
+    parameters (None for FP8 and the rest: their groups are left alone)."""
     scale = g.const(q.input[1])
     zp = g.const(q.input[2]) if len(q.input) > 2 and q.input[2] else np.array(0, np.uint8)
     if scale is None or zp is None or scale.size != 1 or zp.size != 1:
+        return None
+    if zp.dtype not in (np.int8, np.uint8) or attr(q, "output_dtype", 0) not in (
+            0, onnx.TensorProto.INT8, onnx.TensorProto.UINT8):
         return None
     return float(scale.reshape(())), zp
 

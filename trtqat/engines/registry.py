@@ -256,10 +256,12 @@ def build_engine(onnx_path: str | os.PathLike[str], backend: str | None = None,
     engine = builder_class(backend or default_backend())(options, **option_kwargs).build(
         onnx_path)
     from trtqat.engines.ort_nodes import mostly_float_note
+    from trtqat.engines.qformats import log_format_notes
 
     note = mostly_float_note(engine.header)
     if note:
         logging.getLogger("trtqat.build").warning(note)
+    log_format_notes(engine.header, logging.getLogger("trtqat.build"))
     if out is not None:
         engine.save(out)
     return engine

@@ -212,8 +212,9 @@ class BuildOptions:
 
     ``shapes`` sets min = opt = max (trtexec's --shapes when building) for inputs that
     min/opt/max do not name; with them it is only the run shape. Precision flags
-    (``fp16``, ``int8``, ``best``) only exist in TensorRT 10; elsewhere precision comes
-    from the ONNX (``trtqat export --variant fp16|int8|int8-fp16``).
+    (``fp16``, ``int8``, ``fp8``, ``int4``, ``best``) only exist in TensorRT 10; elsewhere
+    precision comes from the ONNX (``trtqat export --variant fp16|int8|int8-fp16|fp8|...``).
+    TensorRT 10 also sets FP8/INT4 itself for a file that holds FP8 Q/DQ or INT4 weights.
     """
 
     shapes: Mapping[str, Shape] = field(default_factory=dict)
@@ -222,6 +223,8 @@ class BuildOptions:
     max_shapes: Mapping[str, Shape] = field(default_factory=dict)
     fp16: bool = False
     int8: bool = False
+    fp8: bool = False
+    int4: bool = False
     best: bool = False
     memory_pools: Mapping[str, int] = field(default_factory=dict)
     builder_optimization_level: int | None = None
@@ -314,6 +317,9 @@ class BuildOptions:
 
 def export_variant_hint(options: BuildOptions) -> str | None:
     """The ``trtqat export --variant`` that gives the precision the flags ask for."""
+    for fmt in ("fp8", "int4"):
+        if getattr(options, fmt):
+            return f"{fmt}-fp16" if options.fp16 or options.best else fmt
     if options.best or (options.int8 and options.fp16):
         return "int8-fp16"
     if options.int8:
@@ -323,8 +329,9 @@ def export_variant_hint(options: BuildOptions) -> str | None:
     return None
 
 
-# BuildOptions fields that are builder precision flags (TensorRT 10's --fp16/--int8/--best)
-PRECISION_FLAGS = ("fp16", "int8", "best")
+# BuildOptions fields that are builder precision flags (TensorRT 10's --fp16/--int8/--fp8/
+# --int4/--best)
+PRECISION_FLAGS = ("fp16", "int8", "fp8", "int4", "best")
 
 
 def precision_note(options: BuildOptions, backend: str) -> str | None:
@@ -332,7 +339,6 @@ def precision_note(options: BuildOptions, backend: str) -> str | None:
     variant = export_variant_hint(options)
     if variant is None:
         return None
-    flags = " ".join(f for f, on in (("--fp16", options.fp16), ("--int8", options.int8),
-                                      ("--best", options.best)) if on)
+    flags = " ".join(f"--{f}" for f in PRECISION_FLAGS if getattr(options, f))
     return (f"{flags}: {backend} takes precision from the ONNX graph, not from builder flags; "
             f"export the model with 'trtqat export --variant {variant}'")

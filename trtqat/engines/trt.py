@@ -1,8 +1,9 @@
 """TensorRT backend (TensorRT 10 and 11): build a plan from ONNX, save it, load it.
 
 TensorRT 11 networks are always strongly typed: precision comes from the ONNX (Q/DQ pairs,
-FP16 tensors), so FP16/INT8 builder flags are set only where the running TensorRT has them
-(10.x). ``tensorrt`` is imported on first use; the runner lives in ``trt_runner``.
+FP16 tensors), so precision builder flags are set only where the running TensorRT has them
+(10.x), including the FP8/INT4 flags a file with FP8 Q/DQ or INT4 weights needs there (see
+``trt_precision``). ``tensorrt`` is imported on first use; the runner lives in ``trt_runner``.
 
 Naming convention (tests/engines/api_scan.py relies on it to check every TensorRT name used
 here against the API lists): ``trt`` is the module, ``builder``/``network``/``config`` the
@@ -28,8 +29,10 @@ from trtqat.engines.errors import (
 )
 from trtqat.engines.fileformat import KIND_ONNX, atomic_write
 from trtqat.engines.onnx_io import read_onnx_bytes
-from trtqat.engines.specs import PRECISION_FLAGS, BuildOptions, TensorSpec, precision_note
+from trtqat.engines.qformats import quant_formats
+from trtqat.engines.specs import BuildOptions, TensorSpec
 from trtqat.engines.trt_lib import import_tensorrt, numpy_dtype, trt_major
+from trtqat.engines.trt_precision import apply_plan, plan_precision
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +41,13 @@ def make_logger(trt: Any, verbose: bool = False) -> Any:
     return trt.Logger(trt.Logger.VERBOSE if verbose else trt.Logger.WARNING)
 
 
-def network_flags(trt: Any, options: BuildOptions) -> int:
+def network_flags(trt: Any, options: BuildOptions, strongly_typed: bool | None = None) -> int:
     """``create_network`` flags: 0 in TensorRT 11 (always strongly typed; the enum value of
-    STRONGLY_TYPED changed, so it is never hard-coded); opt-in strong typing in 10."""
+    STRONGLY_TYPED changed, so it is never hard-coded); opt-in strong typing in 10
+    (``strongly_typed`` overrides ``options.strongly_typed``)."""
     if trt_major(trt) >= 11:
         return 0
-    if options.strongly_typed:
+    if options.strongly_typed if strongly_typed is None else strongly_typed:
         return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     return 0
 
@@ -148,9 +152,15 @@ class TrtBuilder(Builder):
                     inputs: tuple[TensorSpec, ...]) -> TrtEngine:
         trt = import_tensorrt()
         options = self.options
+        precision = plan_precision(trt, options, quant_formats(model), path)
+        for line in precision.warnings:
+            log.warning(line)
+        for line in precision.infos:
+            log.info(line)
+        net_flags = network_flags(trt, options, precision.strongly_typed)
         logger = make_logger(trt, options.verbose)
         builder = trt.Builder(logger)
-        network = builder.create_network(network_flags(trt, options))
+        network = builder.create_network(net_flags)
         parser = trt.OnnxParser(network, logger)
         if not parser.parse(read_onnx_bytes(path), str(path)):
             errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
@@ -167,7 +177,7 @@ class TrtBuilder(Builder):
                                       "detailed": trt.ProfilingVerbosity.DETAILED,
                                       "none": trt.ProfilingVerbosity.NONE,
                                       }[options.profiling_verbosity]
-        ignored = self._set_precision(trt, config)
+        apply_plan(trt, config, precision)
         cache = self._attach_timing_cache(config)
         self._add_profile(trt, builder, network, config, inputs)
         plan = builder.build_serialized_network(network, config)
@@ -180,30 +190,10 @@ class TrtBuilder(Builder):
         cuda_engine = deserialize(trt, payload, options.verbose)
         engine_inputs, engine_outputs = engine_io_specs(trt, cuda_engine)
         header = self.base_header(path, engine_inputs, engine_outputs, str(trt.__version__),
-                                  ignored=ignored)
-        header["network_flags"] = network_flags(trt, options)
+                                  ignored=precision.ignored)
+        header.update(network_flags=net_flags, builder_flags=list(precision.flags),
+                      strongly_typed=precision.strongly_typed or trt_major(trt) >= 11)
         return TrtEngine(payload, header, cuda_engine)
-
-    def _set_precision(self, trt: Any, config: Any) -> tuple[str, ...]:
-        """Set the precision builder flags this TensorRT has; returns the ones it ignored."""
-        options = self.options
-        missing = False
-        if options.fp16 or options.best:
-            if hasattr(trt.BuilderFlag, "FP16"):  # TensorRT 10 only
-                config.set_flag(trt.BuilderFlag.FP16)
-            else:
-                missing = True
-        if options.int8 or options.best:
-            if hasattr(trt.BuilderFlag, "INT8"):  # TensorRT 10 only
-                config.set_flag(trt.BuilderFlag.INT8)
-            else:
-                missing = True
-        if missing:
-            log.warning(precision_note(options, f"TensorRT {trt.__version__}"))
-            return tuple(f for f in PRECISION_FLAGS if f in ("fp16", "best")
-                         and not hasattr(trt.BuilderFlag, "FP16")
-                         or f in ("int8", "best") and not hasattr(trt.BuilderFlag, "INT8"))
-        return ()
 
     def _attach_timing_cache(self, config: Any) -> Any:
         if not self.options.timing_cache:

@@ -25,8 +25,9 @@ def api_names(major: int) -> frozenset[str]:
     return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
 
 
-def _enum(major: int, name: str) -> type[enum.IntEnum]:
-    members = sorted(n.split(".", 1)[1] for n in api_names(major)
+def _enum(major: int, name: str, without: frozenset[str] = frozenset()
+          ) -> type[enum.IntEnum]:
+    members = sorted(n.split(".", 1)[1] for n in api_names(major) - without
                      if n.startswith(name + ".") and not n.split(".", 1)[1].startswith("_")
                      and n.split(".", 1)[1].isupper())
     return enum.IntEnum(name, [(m, i) for i, m in enumerate(members)])
@@ -49,9 +50,12 @@ def _np_of(onnx_type: int) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx_type))
 
 
-def make_module(version: str = "11.4.0.106") -> types.ModuleType:
-    """A fresh fake ``tensorrt`` module of the given version (10.x or 11.x)."""
+def make_module(version: str = "11.4.0.106", without: tuple[str, ...] = ()) -> types.ModuleType:
+    """A fresh fake ``tensorrt`` module of the given version (10.x or 11.x; an older version
+    gets 10's API less the ``Class.MEMBER`` names in ``without``, e.g. an 8.6-like
+    ``make_module("8.6.1", without=("BuilderFlag.FP8", "BuilderFlag.INT4"))``)."""
     major = int(version.split(".")[0])
+    api_major, drop = max(10, min(major, 11)), frozenset(without)
     mod = types.ModuleType("tensorrt")
     mod.__version__ = version
     calls: list[tuple[str, tuple]] = []
@@ -61,14 +65,14 @@ def make_module(version: str = "11.4.0.106") -> types.ModuleType:
     def record(name: str, *args: Any) -> None:
         calls.append((name, args))
 
-    Severity = _enum(major, "Severity")
-    DataType = _enum(major, "DataType")
-    TensorIOMode = _enum(major, "TensorIOMode")
-    MemoryPoolType = _enum(major, "MemoryPoolType")
-    BuilderFlag = _enum(major, "BuilderFlag")
-    NetworkDefinitionCreationFlag = _enum(major, "NetworkDefinitionCreationFlag")
-    ProfilingVerbosity = _enum(major, "ProfilingVerbosity")
-    LayerInformationFormat = _enum(major, "LayerInformationFormat")
+    Severity = _enum(api_major, "Severity", drop)
+    DataType = _enum(api_major, "DataType", drop)
+    TensorIOMode = _enum(api_major, "TensorIOMode", drop)
+    MemoryPoolType = _enum(api_major, "MemoryPoolType", drop)
+    BuilderFlag = _enum(api_major, "BuilderFlag", drop)
+    NetworkDefinitionCreationFlag = _enum(api_major, "NetworkDefinitionCreationFlag", drop)
+    ProfilingVerbosity = _enum(api_major, "ProfilingVerbosity", drop)
+    LayerInformationFormat = _enum(api_major, "LayerInformationFormat", drop)
     to_trt = {np.dtype(np.float32): DataType.FLOAT, np.dtype(np.float16): DataType.HALF,
               np.dtype(np.int8): DataType.INT8, np.dtype(np.int32): DataType.INT32,
               np.dtype(np.int64): DataType.INT64, np.dtype(np.bool_): DataType.BOOL,

@@ -247,6 +247,10 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
             if network._model is None or fail.get("build"):
                 log(Severity.ERROR, "build failed")
                 return None
+            problem = _precision_problem(network, config)
+            if problem:
+                log(Severity.ERROR, problem)
+                return None
             profile = config._profiles[0] if config._profiles else None
             shapes = {}
             for tensor in network._inputs:
@@ -271,6 +275,31 @@ def define(c: SimpleNamespace) -> dict[str, Any]:
                     "profiling_verbosity": config._verbosity.name,
                     "onnx": base64.b64encode(network._model.SerializeToString()).decode()}
             return IHostMemory(_PLAN_MAGIC + json.dumps(meta).encode())
+
+    strongly_bit = (1 << int(NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+                    if hasattr(NetworkDefinitionCreationFlag, "STRONGLY_TYPED") else 0)
+    precision_flags = [getattr(BuilderFlag, n) for n in ("FP16", "BF16", "INT8", "FP8", "INT4")
+                       if hasattr(BuilderFlag, n)]
+
+    def _precision_problem(network: INetworkDefinition, config: IBuilderConfig) -> str | None:
+        """What TensorRT 10 refuses: precision flags in a strongly typed network
+        (NVIDIA/TensorRT#4253), FP8/INT4 weights or zero points in a weakly typed one without
+        their builder flag. TensorRT 11 has neither (always strongly typed, no such flags)."""
+        if major >= 11:
+            return None
+        if network._flags & strongly_bit:
+            for flag in precision_flags:
+                if flag in config._flags:
+                    return ("IBuilder::buildSerializedNetwork: Error Code 3: API Usage Error "
+                            f"(Parameter check failed, condition: !config.getFlag(BuilderFlag::"
+                            f"k{flag.name}). )")
+            return None
+        types = {t.data_type for t in network._model.graph.initializer}
+        for onnx_type, name in ((onnx.TensorProto.FLOAT8E4M3FN, "FP8"),
+                                (onnx.TensorProto.INT4, "INT4")):
+            if onnx_type in types and getattr(BuilderFlag, name, None) not in config._flags:
+                return f"{name} Q/DQ in a weakly typed network needs BuilderFlag::k{name}"
+        return None
 
     if major < 11:
         Builder.platform_has_fast_fp16 = property(lambda self: True)
