@@ -86,7 +86,7 @@ def test_unstable_failed_check_and_emulated_are_marked():
     md = format_markdown(report)
     assert md.count("UNSTABLE") == 1 and "spread over 10% (worst: qat-int8-fp16 " in md
     assert "FAILED CHECK (measured anyway)" in md
-    assert "(emulated): ONNX Runtime's CPU provider has no FP16 kernels" in md
+    assert "(emulated): ONNX Runtime's CPU provider has no FP16 or FP8 kernels" in md
     assert "not TensorRT's FP16" in md and md.count("(emulated):") == 1
 
 
@@ -142,3 +142,15 @@ def test_fp16_on_the_ort_cpu_provider_is_marked_emulated(tmp_path, precision, em
     finish_variant(result, engine, cfg)
     assert result.emulated is emulated
     assert any("meant for TensorRT" in n for n in result.notes) is emulated
+
+
+@pytest.mark.parametrize("formats, emulated", [(("fp8",), True), (("int4",), False)])
+def test_fp8_and_int4_on_the_ort_cpu_provider_say_how_they_run(tmp_path, formats, emulated):
+    cfg = CompareConfig(run=str(tmp_path))
+    result = VariantResult("v", formats[0])
+    engine = _Engine("v", [], [])
+    engine.backend = "tensorrt"  # no ONNX payload to count nodes in
+    engine.header["quant_formats"] = list(formats)
+    finish_variant(result, engine, cfg)
+    assert result.emulated is emulated
+    assert any(formats[0].upper() in n for n in result.notes)

@@ -156,11 +156,12 @@ def unstable_line(report: dict[str, Any], worst: int = 3) -> str | None:
 
 
 EMULATION_NOTE = (
-    "(emulated): ONNX Runtime's CPU provider has no FP16 kernels for these graphs, so it "
-    "emulates FP16 with casts around float kernels: that is why these rows are slow, and "
-    "why their accuracy may differ (the gap is the emulation's rounding, not TensorRT's "
-    "FP16). They stay in the report so that the variant meant for TensorRT is exported and "
-    "checked end to end; --variants leaves them out.")
+    "(emulated): ONNX Runtime's CPU provider has no FP16 or FP8 kernels for these graphs, so "
+    "it emulates them in float (casts around float kernels, FP8 Q/DQ in float32): that is "
+    "why these rows are slow, and why FP16 accuracy may differ (the gap is the emulation's "
+    "rounding, not TensorRT's FP16; FP8's accuracy is FP8's). They stay in the report so that "
+    "the variant meant for TensorRT is exported and checked end to end; --variants leaves "
+    "them out.")
 
 
 def emulation_line(report: dict[str, Any]) -> str | None:

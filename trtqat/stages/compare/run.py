@@ -240,6 +240,11 @@ def finish_variant(result: VariantResult, engine, cfg: CompareConfig) -> dict[st
     result.providers = list(engine.header.get("providers") or [cfg.backend])
     cpu_only = all("cpu" in str(p).lower() for p in result.providers)
     info = backend_info(cfg.backend)
+    from trtqat.engines.qformats import cpu_format_notes
+
+    for note in cpu_format_notes(engine.header):  # FP8 emulated in float, INT4's kernel
+        result.notes.append(note)
+        result.emulated = result.emulated or "fp8" in result.precision
     if info.fp16_emulated_on_cpu and cpu_only and "fp16" in result.precision:
         result.emulated = True
         result.notes.append("emulated: ORT's CPU provider runs fp16 in float (casts around "
