@@ -54,6 +54,7 @@ from trtqat.engines.ort_qdq_matmul import (
     fuse_matmul_epilogues,
     has_quantized_matmul,
 )
+from trtqat.engines.ort_qdq_narrow import float_narrow_convs
 from trtqat.engines.ort_qdq_pool import float_pools_out_of_range
 from trtqat.engines.ort_qdq_rewrite import (
     fold_batchnorm_nodes,
@@ -198,6 +199,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
     if unify and "unify_quantizers" in run:
         passes.update(unify_quantizers(g))
+    if "float_narrow_convs" in run:
+        passes["narrow_convs_float"] = float_narrow_convs(g)
     if "integer_activations" in run:
         passes["activations_integer"] = integer_activations(
             g, _ranges_fn(g.model, feeds, threads) if feeds else None)
