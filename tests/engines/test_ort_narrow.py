@@ -21,11 +21,13 @@ from .qdq_nets import SIZE, QDQNet, feeds, make
 from .test_ort_activations import _unoptimised
 
 
-def stem(split: bool):
+def stem(act: str):
     """A 3 -> 8 conv and a 8 -> 16 conv, each with a HardSwish (``split``: written as
-    ``Mul(x, HardSigmoid(x))``, as ORT's basic optimisation leaves it)."""
+    ``Mul(x, HardSigmoid(x))``, as ORT's basic optimisation leaves it) or a LeakyRelu."""
     def hswish(net: QDQNet, t: str) -> str:
-        if not split:
+        if act == "leaky":
+            return net.node("LeakyRelu", [t], alpha=0.1)
+        if act == "hardswish":
             return net.node("HardSwish", [t])
         return net.node("Mul", [t, net.node("HardSigmoid", [t], alpha=1 / 6, beta=0.5)])
 
@@ -35,9 +37,11 @@ def stem(split: bool):
     return body
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["hardswish", "split_hardswish"])
-def test_narrow_conv_runs_float_and_fused_wide_one_integer(monkeypatch, split):
-    _, qdq_model = make(stem(split))
+@pytest.mark.parametrize("act, integer_act", [("hardswish", "QLinearMul"),
+                                              ("split", "QLinearMul"),
+                                              ("leaky", "QLinearLeakyRelu")])
+def test_narrow_conv_runs_float_and_fused_wide_one_integer(monkeypatch, act, integer_act):
+    _, qdq_model = make(stem(act))
     check = feeds(n=1, batch=32, seed=5)
     monkeypatch.setattr(ort_qdq_narrow, "MIN_POSITIONS", SIZE * SIZE + 1)  # 16 x 16: too small
     _, report = reencode_for_cpu(qdq_model, None, threads=1, count_nodes=False)
@@ -49,7 +53,7 @@ def test_narrow_conv_runs_float_and_fused_wide_one_integer(monkeypatch, split):
     # the stem: one float conv with its HardSwish fused (not re-quantized by ORT per tensor)
     floats = {k: v for k, v in after["float"].items() if k not in ("Conv", "FusedConv")}
     assert sum(after["float"].values()) - sum(floats.values()) == 1 and not floats, after
-    assert after["integer"]["QLinearConv"] == 1 and after["integer"]["QLinearMul"] == 1
+    assert after["integer"]["QLinearConv"] == 1 and after["integer"][integer_act] == 1
     # as close to the Q/DQ graph's outputs as the fully integer engine (the float conv
     # computes what the Q/DQ graph does; the other layers' rounding dominates what is left)
     feed = check[0]
@@ -68,7 +72,7 @@ def test_float_weights_equal_the_dequantized_ones():
     from trtqat.engines.ort_qdq_graph import Graph
     from trtqat.engines.ort_qdq_rewrite import prequantize_weights
 
-    _, qdq_model = make(stem(False))
+    _, qdq_model = make(stem("hardswish"))
     g = Graph(qdq_model)
     assert prequantize_weights(g) >= 2  # int8 weight constants, as trtqat export writes them
     g.reindex()

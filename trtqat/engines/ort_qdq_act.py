@@ -249,7 +249,7 @@ def _rewrite_hard(g: Graph, node: onnx.NodeProto, bound: float | None,
 def _quantize_leaky_input(g: Graph, node: onnx.NodeProto, bound: float | None,
                           counts: Counter) -> None:
     x, alpha = node.input[0], float(attr(node, "alpha", 0.01))
-    if not 0 <= alpha < 1 or g.is_const(x) or _input_q(g, x) is not None:
+    if not 0 <= alpha < 1 or g.is_const(x) or _input_q(g, x) is not None or _float_layer(g, x):
         return
     if any(r.op_type == "QuantizeLinear" for r in g.consumers.get(x, [])):
         return  # quantized already: complete_units wires it
