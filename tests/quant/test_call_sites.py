@@ -192,3 +192,10 @@ def test_residual_add_after_an_untraceable_module_quantizes_the_identity(tmp_pat
     assert not hasattr(model[3], "residual_quantizer")  # out * out: nothing to fuse
     result = trtqat.export_onnx(model[:3], x, tmp_path / "r.onnx", variant="int8")
     assert result.passed and not result.lint.warnings, result.lint.lines()
+    # a checkpoint calibrated before (placement graph-2) is rebuilt as it was calibrated
+    from trtqat.families.cnn.models import quantize_classifier
+
+    old = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Residual(Projected()),
+                        Residual(Projected())).eval()
+    quantize_classifier(old, placement="graph-2")
+    assert not hasattr(old[2], "residual_quantizer")

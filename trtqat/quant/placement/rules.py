@@ -90,7 +90,8 @@ def _exits_in_weighted(flow: ModelFlow, child: str | None, depth: int) -> bool:
     if child is None or depth > 32:
         return False
     if child not in flow.traces:
-        module = flow.model.get_submodule(child) if child in flow.failed else None
+        module = flow.model.get_submodule(child) if child in flow.failed and \
+            flow.untraced_exits else None
         inner = returning_child(module) if module is not None else None
         if inner is None:
             return False
