@@ -10,8 +10,10 @@ code, so the residual rule can look through it as it looks through traced module
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
+from collections.abc import Callable
 
 from torch import nn
 
@@ -60,11 +62,9 @@ def _returned_attr(body: list[ast.stmt]) -> str | None:
     return None
 
 
-def returning_child(module: nn.Module) -> nn.Module | None:
-    """The child module whose output ``module.forward`` returns unchanged, read from the
-    forward's source; None when that is not plain to see (no source, a branch, an op after
-    the last child call)."""
-    forward = type(module).forward
+@functools.lru_cache(maxsize=256)
+def _forward_returns(forward: Callable) -> str | None:
+    """The ``self.<attr>`` whose call ``forward`` returns (parsed once per function)."""
     try:
         source = textwrap.dedent(inspect.getsource(forward))
         tree = ast.parse(source)
@@ -73,6 +73,16 @@ def returning_child(module: nn.Module) -> nn.Module | None:
     func = tree.body[0] if tree.body else None
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    attr = _returned_attr(func.body)
+    return _returned_attr(func.body)
+
+
+def returning_child(module: nn.Module) -> nn.Module | None:
+    """The child module whose output ``module.forward`` returns unchanged, read from the
+    forward's source; None when that is not plain to see (no source, a branch, an op after
+    the last child call)."""
+    try:
+        attr = _forward_returns(type(module).forward)
+    except TypeError:  # an unhashable forward
+        return None
     child = getattr(module, attr, None) if attr else None
     return child if isinstance(child, nn.Module) else None
