@@ -1,13 +1,12 @@
 """Narrow convolutions that ONNX Runtime's CPU provider runs faster in float than in INT8.
 
-MLAS's integer convolutions work on blocks of output channels (16 and more); its float
+MLAS's integer convolutions work on blocks of 16 and more output channels; its float
 convolutions have a channels-blocked (NCHWc) direct kernel with the activation fused. A
-conv with few output channels (fewer than 16) on a large feature map (32 x 32 and more),
-typically an image stem (3 -> 8 channels at full resolution) or a depthwise conv on those
-channels, so wastes most of each integer block
-and runs slower as ``QLinearConv`` plus the integer HardSwish gate
-(:mod:`trtqat.engines.ort_qdq_act`) than as one fused float conv: efficientvit_b0's first
-two convs took 0.5 ms of a 3.6 ms INT8 engine at 224 px, twice their FP32 time.
+conv with fewer than 16 output channels on a feature map of 32 x 32 or more (an image stem,
+3 -> 8 channels at full resolution, or a depthwise conv on those channels) wastes most of
+each integer block, and with the integer HardSwish gate (:mod:`trtqat.engines.ort_qdq_act`)
+after it runs slower than one fused float conv: efficientvit_b0's first two convs took
+0.5 ms of a 3.6 ms INT8 engine at 224 px, twice their FP32 time.
 
 :func:`float_narrow_convs` gives such a conv float weights, the exact values its weight
 ``DequantizeLinear`` produced (``(w - zero_point) * scale`` in float32), so ORT does not
@@ -17,10 +16,10 @@ so the result equals the exported graph's up to float summation order. The pass 
 before the activation and output-quantizer passes, which then leave a float conv's
 activation float (fused by ORT) and quantize only what the next integer layer reads.
 
-Only convs whose output feeds a float activation (HardSwish, HardSigmoid, Sigmoid, ...)
-first qualify: ORT's ``WeightBiasQuantization`` would quantize the float weights of a conv
-read by a ``QuantizeLinear`` again, per tensor (coarser than the exported per-channel
-scales).
+Only convs whose output only a float activation reads qualify (HardSwish, HardSigmoid,
+Sigmoid, Tanh, LeakyRelu): ORT's ``WeightBiasQuantization`` would quantize the float
+weights of a conv a ``QuantizeLinear`` reads again, per tensor (coarser than the exported
+per-channel scales).
 """
 
 from __future__ import annotations
