@@ -59,5 +59,6 @@ def test_a_plugin_family_runs_every_stage(mlp_registered, tmp_path, capsys):
                                              "reducemean_to_gap", "unify_quantizers",
                                              "integer_activations", "output_quantizers",
                                              "absorb_clips", "fuse_matmul_epilogues",
-                                             "float_output_convs"}
+                                             "float_output_convs", "float_narrow_convs",
+                                             "quantize_move_outputs"}
     assert report["passes"]["gemm_bias_quantized"] == 2

@@ -140,3 +140,62 @@ def test_call_sites_skip_children_survive_a_checkpoint_and_compile_as_float(capl
         compiled = torch.compile(model, backend="eager")(batches[0])
     torch.testing.assert_close(compiled, float_sites)
     assert "torch.compile runs Products's own" in caplog.text
+
+
+class Projected(nn.Module):
+    """Untraceable (a branch on a shape) and ending in a projection, as timm's LiteMLA."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.proj = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.qkv(x)
+        if x.shape[-1] % 2 == 0:
+            out = out @ out.transpose(-1, -2)
+        out = self.proj(out)
+        return out
+
+
+class Squared(Projected):
+    """An op after the projection: its output is no conv's any more."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) ** 2
+
+
+class Residual(nn.Module):
+    def __init__(self, main: nn.Module) -> None:
+        super().__init__()
+        self.main, self.shortcut = main, nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.main(x) + self.shortcut(x)
+
+
+def test_residual_add_after_an_untraceable_module_quantizes_the_identity(tmp_path):
+    """Blocks chained so that the second one's identity is the first one's sum (no conv
+    either side, as efficientvit's stages.N.blocks.2): the Add still gets its Q/DQ, on the
+    identity, because the untraceable main branch returns its projection conv's output."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Residual(Projected()),
+                          Residual(Projected()), Residual(Squared())).eval()
+    x = torch.randn(2, 3, 8, 8)
+    trtqat.quantize(model, {"method": "max"}, forward_loop=[x])
+    seen = []
+    for block in (model[1], model[2]):
+        block.residual_quantizer.register_forward_pre_hook(lambda m, a: seen.append(a[0]))
+    with torch.no_grad():
+        model(x)
+    # on the shortcut (the block's input), not on the projection's output
+    assert len(seen) == 2 and torch.equal(seen[1], model[1](model[0](x)))
+    assert not hasattr(model[3], "residual_quantizer")  # out * out: nothing to fuse
+    result = trtqat.export_onnx(model[:3], x, tmp_path / "r.onnx", variant="int8")
+    assert result.passed and not result.lint.warnings, result.lint.lines()
+    # a checkpoint calibrated before (placement graph-2) is rebuilt as it was calibrated
+    from trtqat.families.cnn.models import quantize_classifier
+
+    old = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), Residual(Projected()),
+                        Residual(Projected())).eval()
+    quantize_classifier(old, placement="graph-2")
+    assert not hasattr(old[2], "residual_quantizer")

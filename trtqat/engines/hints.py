@@ -23,9 +23,9 @@ HINTS_KEY = "trtqat.engine_hints"
 
 # The ORT CPU re-encoding passes (trtqat.engines.ort_qdq.reencode_for_cpu), in run order.
 ORT_PASSES = ("fold_constants", "prequantize_weights", "fold_batchnorm", "reducemean_to_gap",
-              "unify_quantizers", "integer_activations", "output_quantizers", "absorb_clips",
-              "reencode_uint8", "quantize_gemm_bias", "fuse_matmul_epilogues",
-              "float_output_convs")
+              "unify_quantizers", "float_narrow_convs", "integer_activations",
+              "output_quantizers", "absorb_clips", "reencode_uint8", "quantize_move_outputs",
+              "quantize_gemm_bias", "fuse_matmul_epilogues", "float_output_convs")
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ from trtqat.engines.ort_qdq_matmul import (
     fuse_matmul_epilogues,
     has_quantized_matmul,
 )
+from trtqat.engines.ort_qdq_moves import quantize_move_outputs
+from trtqat.engines.ort_qdq_narrow import float_narrow_convs
 from trtqat.engines.ort_qdq_pool import float_pools_out_of_range
 from trtqat.engines.ort_qdq_rewrite import (
     fold_batchnorm_nodes,
@@ -198,6 +200,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["reducemean_to_globalaveragepool"] = reducemean_to_gap(g, _ranks(g.model))
     if unify and "unify_quantizers" in run:
         passes.update(unify_quantizers(g))
+    if "float_narrow_convs" in run:
+        passes["narrow_convs_float"] = float_narrow_convs(g)
     if "integer_activations" in run:
         passes["activations_integer"] = integer_activations(
             g, _ranges_fn(g.model, feeds, threads) if feeds else None)
@@ -213,6 +217,8 @@ def reencode_for_cpu(model: onnx.ModelProto, calib_feeds: Feeds | None, *,
         passes["activations_reencoded"] = reencode_uint8(g)
         g.reindex()
         seven_bit = _uint8_zero_point_0(g, int8_qs)
+    if "quantize_move_outputs" in run:
+        passes["move_outputs_quantized"] = quantize_move_outputs(g)
     if "quantize_gemm_bias" in run:
         passes["gemm_bias_quantized"] = quantize_gemm_bias(g)
     if matmul_graph and "fuse_matmul_epilogues" in run:

@@ -201,12 +201,21 @@ def _gate_worth_it(g: Graph, node: onnx.NodeProto) -> bool:
     return False
 
 
+def _float_layer(g: Graph, name: str) -> bool:
+    """``name`` is the output of a Conv/Gemm with float constant weights."""
+    node = g.producer.get(name)
+    return node is not None and node.op_type in ("Conv", "Gemm") and len(node.input) > 1 \
+        and g.is_const(node.input[1])
+
+
 def _rewrite_hard(g: Graph, node: onnx.NodeProto, bound: float | None,
                   counts: Counter) -> None:
     op, x, out = node.op_type, node.input[0], node.output[0]
     alpha, beta = HARD_OPS[op] or (float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5)))
     if alpha <= 0 or beta <= 0 or g.is_const(x) or out in g.outputs:
         return
+    if _float_layer(g, x):
+        return  # ORT fuses the activation into the float conv; a Q on x would unfuse it
     amax = _output_amax(g, out)
     if (op == "HardSwish" and amax is None) or (op == "HardSigmoid" and not _gate_worth_it(g, node)):
         return
@@ -240,7 +249,7 @@ def _rewrite_hard(g: Graph, node: onnx.NodeProto, bound: float | None,
 def _quantize_leaky_input(g: Graph, node: onnx.NodeProto, bound: float | None,
                           counts: Counter) -> None:
     x, alpha = node.input[0], float(attr(node, "alpha", 0.01))
-    if not 0 <= alpha < 1 or g.is_const(x) or _input_q(g, x) is not None:
+    if not 0 <= alpha < 1 or g.is_const(x) or _input_q(g, x) is not None or _float_layer(g, x):
         return
     if any(r.op_type == "QuantizeLinear" for r in g.consumers.get(x, [])):
         return  # quantized already: complete_units wires it

@@ -63,6 +63,8 @@ class QuantConfig:
             standardisation: timm's ``ScaledStdConv2d``) through the weight they compute.
         reparameterize: first re-parameterize modules with timm's ``reparameterize()`` /
             ``switch_to_deploy()`` (RepVGG, MobileOne, FastViT: one conv per block), in place.
+        untraced_exits: the residual rule sees a conv through a module FX cannot trace whose
+            forward returns a child's output (``out = self.proj(out)``; EfficientViT's LiteMLA).
     Format (:mod:`trtqat.formats`):
         format: ``"int8"`` (default), ``"fp8"`` (E4M3 activations and weights, amax maps to
             448) or ``"int4"`` (block-wise INT4 weights of Linear/MatMul layers only, W4A16).
@@ -87,6 +89,7 @@ class QuantConfig:
     attention: bool = True
     own_forward: bool = True
     reparameterize: bool = True
+    untraced_exits: bool = True
     method: str | None = None
     percentile: float = 99.99
     num_batches: int | None = None

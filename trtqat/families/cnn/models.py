@@ -21,7 +21,7 @@ from trtqat.quant.config import QuantConfig
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.model_ops import disable_layers
 from trtqat.quant.placement import PLACEMENT_VERSION, Placement, place
-from trtqat.quant.placement.place import GRAPH_1
+from trtqat.quant.placement.place import GRAPH_1, GRAPH_2
 
 # Activations are calibrated with histograms: max, percentile, MSE and entropy all come from
 # one collection pass.
@@ -65,13 +65,17 @@ def quantize_classifier(model: nn.Module, skip_layers: Sequence[str] = (),
         result = place(model, cfg, modules=_torchvision_block, exact_types=True)
     elif placement in (None, PLACEMENT_VERSION):
         result = place(model, QuantConfig(quant_desc_input=quant_desc_input))
+    elif placement == GRAPH_2:  # no residual quantizer seen through untraced modules
+        result = place(model, QuantConfig(quant_desc_input=quant_desc_input,
+                                          untraced_exits=False))
     elif placement == GRAPH_1:  # own-forward subclasses float, re-parameterizable kept
         result = place(model, QuantConfig(quant_desc_input=quant_desc_input,
-                                          own_forward=False, reparameterize=False))
+                                          own_forward=False, reparameterize=False,
+                                          untraced_exits=False))
     else:
         raise TrtqatError(f"the checkpoint was quantized with placement {placement!r}, which "
-                          f"this trtqat does not know ({PLACEMENT_VERSION}, {GRAPH_1}, {LEGACY}): "
-                          "upgrade trtqat")
+                          f"this trtqat does not know ({PLACEMENT_VERSION}, {GRAPH_2}, "
+                          f"{GRAPH_1}, {LEGACY}): upgrade trtqat")
     if skip_layers:
         disable_layers(model, tuple(skip_layers))
     return result

@@ -35,8 +35,10 @@ Ref = tuple[str, fx.Node]  # (path of a traced module, node of its eval graph)
 class ModelFlow:
     """Traces of every module of ``model`` and the links between them."""
 
-    def __init__(self, model: nn.Module, skip: Callable[[str], bool] = lambda p: False) -> None:
+    def __init__(self, model: nn.Module, skip: Callable[[str], bool] = lambda p: False,
+                 untraced_exits: bool = True) -> None:
         self.model = model
+        self.untraced_exits = untraced_exits  # rules look through untraced modules' returns
         self.traces: dict[str, ModuleTrace] = {}
         self.failed: dict[str, str] = {}  # path -> why it could not be traced
         self.path_of: dict[int, str] = {}

@@ -43,8 +43,10 @@ from trtqat.quant.tensor_quantizer import TensorQuantizer
 log = logging.getLogger("trtqat.quant.placement")
 
 # recorded in checkpoints ("legacy": earlier versions; "graph-1": before own-forward
-# Conv/Linear subclasses were quantized and re-parameterizable blocks fused)
-PLACEMENT_VERSION = "graph-2"
+# Conv/Linear subclasses were quantized and re-parameterizable blocks fused; "graph-2":
+# before the residual rule looked through untraced modules, QuantConfig.untraced_exits)
+PLACEMENT_VERSION = "graph-3"
+GRAPH_2 = "graph-2"
 GRAPH_1 = "graph-1"
 
 
@@ -158,7 +160,7 @@ def place(model: nn.Module, config: QuantConfig | None = None, *,
     if not cfg.graph:
         name_quantizers(model)
         return result
-    flow = ModelFlow(model)
+    flow = ModelFlow(model, untraced_exits=cfg.untraced_exits)
     result.untraced = dict(flow.failed)
     if cfg.attention:
         _multihead(model, flow, cfg, desc, result)

@@ -3,7 +3,8 @@
 Each rule looks at one op of a traced module and returns a :class:`Site`:
 
 * ``residual-add``: the input of an Add that does not come from a conv (through BatchNorm,
-  dropout, data movement or a constant scale) when the other one does, so TensorRT fuses
+  dropout, data movement, a constant scale, or a module FX cannot trace whose forward
+  returns a conv's output, :mod:`.returns`) when the other one does, so TensorRT fuses
   conv + add in INT8. Transformer residuals (the sum, or the identity, feeding a LayerNorm)
   are left alone: they stay in float.
 * ``concat``: every input of a Concat through one shared quantizer.
@@ -21,6 +22,7 @@ from torch import fx
 
 from trtqat.quant.placement import ops
 from trtqat.quant.placement.flow import ModelFlow, Ref
+from trtqat.quant.placement.returns import returning_child
 
 RULE_TEXT = {
     "residual-add": "residual Add input (TensorRT fuses conv + add in INT8)",
@@ -82,9 +84,19 @@ def from_weighted(flow: ModelFlow, ref: Ref, depth: int = 0) -> bool:
 
 
 def _exits_in_weighted(flow: ModelFlow, child: str | None, depth: int) -> bool:
-    """An unlinked traced child (called from several places) whose output is a conv's."""
-    if child is None or child not in flow.traces:
+    """An unlinked traced child (called from several places) whose output is a conv's, or
+    a child FX cannot trace whose forward returns the output of a child that is one
+    (``out = self.proj(out)`` / ``return out``, :mod:`.returns`)."""
+    if child is None or depth > 32:
         return False
+    if child not in flow.traces:
+        module = flow.model.get_submodule(child) if child in flow.failed and \
+            flow.untraced_exits else None
+        inner = returning_child(module) if module is not None else None
+        if inner is None:
+            return False
+        return ops.is_weighted(inner) or _exits_in_weighted(
+            flow, flow.path_of.get(id(inner)), depth + 1)
     out = flow.output(child)
     return isinstance(out, fx.Node) and from_weighted(flow, (child, out), depth + 1)
 
