@@ -66,6 +66,8 @@ class CalibOptions:
     max_length: int | None = None
     skip_layers: tuple[str, ...] = ()
     progress: bool = False
+    format: str = "int8"  # trtqat.formats
+    block_size: int | None = None  # int4's weight block
 
     def __post_init__(self) -> None:
         check_positive(self, "num_sentences")
@@ -144,10 +146,20 @@ def calibrated_copy(model: nn.Module, tokenizer, sentences: Sequence[str],
     ``num_sentences`` (taken from the start of the list), ``batch_size`` and ``max_length``
     (tokenization; None: 32 and 128), ``skip_layers`` (glob patterns kept in float).
     ``accel``: its autocast applies to the (always eager) statistics collection.
+    ``format``/``block_size`` (``trtqat.formats``; default int8) are applied after placement.
     """
+    from trtqat.families.quant_format import (
+        apply_spec_format,
+        check_format_layers,
+        record_format,
+    )
+
     cfg = config or CalibOptions()
     acc = accel or Accel(model_device(model))
     qmodel = quantized_copy(model, cfg.skip_layers)
+    name = getattr(cfg, "format", "int8")
+    apply_spec_format(qmodel, record_format({}, name, getattr(cfg, "block_size", None)))
+    check_format_layers(qmodel, name)
     with acc.autocast():
         collect_encoder_stats(qmodel, tokenizer, list(sentences)[:cfg.num_sentences],
                               cfg.batch_size or DEFAULT_BATCH_SIZE,

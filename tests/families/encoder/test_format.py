@@ -1,0 +1,27 @@
+"""Encoders in FP8: calibrated_copy applies the format, the checkpoint records it, and a
+rebuild from the checkpoint gets the same quantizers and embeddings."""
+
+from __future__ import annotations
+
+import torch
+
+from trtqat.families.encoder.checkpoint import build_encoder_from_checkpoint, encoder_spec
+from trtqat.families.encoder.minilm import embed
+from trtqat.families.encoder.recipes import CalibOptions, calibrated_copy
+from trtqat.families.quant_format import record_format
+from trtqat.quant.descriptor import E4M3
+from trtqat.quant.model_ops import quantizers
+
+
+def test_fp8_encoder_round_trip(tiny_dir, tiny, sentences):
+    model, tok = tiny
+    q = calibrated_copy(model, tok, sentences, CalibOptions(format="fp8", max_length=32))
+    assert {qz.num_bits for _, qz in quantizers(q)} == {E4M3}
+    spec = record_format(encoder_spec(tiny_dir, quantized=True, max_length=32), "fp8")
+    back, _ = build_encoder_from_checkpoint({"model": spec, "state_dict": q.state_dict()})
+    assert {qz.num_bits for _, qz in quantizers(back)} == {E4M3}
+    assert torch.equal(embed(back, tok, sentences, max_length=32),
+                       embed(q, tok, sentences, max_length=32))
+    spec.pop("format")  # a checkpoint written before formats: int8
+    old, _ = build_encoder_from_checkpoint({"model": spec, "state_dict": q.state_dict()})
+    assert {qz.num_bits for _, qz in quantizers(old)} == {8}
