@@ -112,3 +112,28 @@ def test_fp8_qat_lowers_the_loss_and_keeps_amax_finite():
     assert losses[-1] < losses[0] * 0.9, losses
     assert model[0].weight.grad is not None and bool(model[0].weight.grad.abs().sum() > 0)
     assert all(bool(torch.isfinite(q.amax).all()) for _, q in quantizers(model))
+
+
+def test_learned_fp8_range_gets_a_gradient():
+    """init_learn_amax on an FP8 quantizer: the forward is fake_e4m3's, amax gets an
+    LSQ-style gradient (clipping pushes it up) and a few steps lower the error."""
+    torch.manual_seed(0)
+    x = torch.randn(4096) * 3
+    model = trtqat.quantize(nn.Sequential(nn.Linear(4, 4)), {"format": "fp8"})
+    q = model[0]._input_quantizer
+    q.amax = torch.tensor(0.5)
+    q.init_learn_amax()
+    fixed = fake_e4m3(x, torch.tensor(0.5))
+    out = q(x)
+    assert torch.equal(out.detach(), fixed)
+    loss = (out - x).pow(2).mean()
+    loss.backward()
+    assert float(q._amax.grad) < 0  # most of x is clipped: a larger range lowers the error
+    opt = torch.optim.Adam([q._amax], lr=0.2)
+    first = loss.item()
+    for _ in range(20):
+        opt.zero_grad()
+        loss = (q(x) - x).pow(2).mean()
+        loss.backward()
+        opt.step()
+    assert loss.item() < first * 0.5 and math.isfinite(float(q.amax))

@@ -42,5 +42,10 @@ class _FakeE4M3(torch.autograd.Function):
 
 def fake_e4m3(inputs: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     """FP8 E4M3 quantize-dequantize of ``inputs`` with ``amax`` (per tensor, or any shape
-    that broadcasts: per channel) mapping to 448, in ``inputs``' dtype."""
+    that broadcasts: per channel) mapping to 448, in ``inputs``' dtype. An ``amax`` that
+    requires grad (a learned range) gets one: :mod:`trtqat.quant.fp8_learn`."""
+    if amax.requires_grad:
+        from trtqat.quant.fp8_learn import fake_e4m3_learnable
+
+        return fake_e4m3_learnable(inputs, amax)
     return _FakeE4M3.apply(inputs, amax.detach())
