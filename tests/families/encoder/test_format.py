@@ -3,6 +3,7 @@ rebuild from the checkpoint gets the same quantizers and embeddings."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from trtqat.families.encoder.checkpoint import build_encoder_from_checkpoint, encoder_spec
@@ -11,6 +12,7 @@ from trtqat.families.encoder.recipes import CalibOptions, calibrated_copy
 from trtqat.families.quant_format import record_format
 from trtqat.quant.descriptor import E4M3
 from trtqat.quant.model_ops import quantizers
+from trtqat.runopts import ConfigError
 
 
 def test_fp8_encoder_round_trip(tiny_dir, tiny, sentences):
@@ -25,3 +27,10 @@ def test_fp8_encoder_round_trip(tiny_dir, tiny, sentences):
     spec.pop("format")  # a checkpoint written before formats: int8
     old, _ = build_encoder_from_checkpoint({"model": spec, "state_dict": q.state_dict()})
     assert {qz.num_bits for _, qz in quantizers(old)} == {8}
+
+
+def test_encoder_calib_options_check_the_format():
+    with pytest.raises(ConfigError, match="no FP8 form"):
+        CalibOptions(format="fp8", method="entropy")
+    with pytest.raises(ConfigError, match="unknown --format"):
+        CalibOptions(format="fp4")

@@ -37,6 +37,7 @@ from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
 from trtqat.quant.plugins.transformer import quantize_transformer
 from trtqat.runopts import ConfigError, check_positive
 from trtqat.runs.accel import Accel
+from trtqat.runs.format_options import check_format_options
 from trtqat.runs.loop import cosine_lambda
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class CalibOptions:
     def __post_init__(self) -> None:
         check_positive(self, "num_sentences")
         check_positive(self, "batch_size", "max_length", allow_none=True)
+        check_format_options(self)
         if self.method is not None and self.method not in methods():
             raise ConfigError(f"unknown --method {self.method!r}: use one of "
                               f"{', '.join(methods())}")
