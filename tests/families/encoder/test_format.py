@@ -34,3 +34,20 @@ def test_encoder_calib_options_check_the_format():
         CalibOptions(format="fp8", method="entropy")
     with pytest.raises(ConfigError, match="unknown --format"):
         CalibOptions(format="fp4")
+
+
+def test_fp8_encoder_qat_learns_its_ranges(tiny, sentences):
+    """The encoder QAT recipe (distillation, learned activation ranges) runs on an FP8
+    student: the ranges move and stay finite."""
+    from trtqat.families.encoder.recipes import EncoderQATConfig, qat_encoder
+
+    teacher, tok = tiny
+    student = calibrated_copy(teacher, tok, sentences,
+                              CalibOptions(format="fp8", method="max", max_length=32))
+    before = {n: q.amax.clone() for n, q in quantizers(student) if q.axis is None}
+    hist = qat_encoder(student, teacher, tok, sentences, EncoderQATConfig(
+        max_steps=3, epochs=3, batch_size=4, max_length=32, learn_amax=True, amax_lr=0.05))
+    assert hist["steps"] == 3 and all(torch.isfinite(torch.tensor(hist["loss"])))
+    learned = {n: q.amax for n, q in quantizers(student) if q.learn_amax}
+    assert learned and all(bool(torch.isfinite(a).all()) for a in learned.values())
+    assert any(not torch.equal(a, before[n]) for n, a in learned.items() if n in before)
