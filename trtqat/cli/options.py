@@ -184,7 +184,7 @@ def add_format(g: Group, qat: bool = False) -> None:
     from trtqat.runs.format_options import block_size_help, format_help
 
     g.add_argument("--format", choices=FORMATS, default=None if qat else DEFAULT,
-                   help=format_help(qat))
+                   help=format_help(qat).replace("%", "%%"))
     g.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=None,
                    help=block_size_help())
 

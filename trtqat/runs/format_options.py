@@ -15,9 +15,10 @@ ENTROPY_FP8 = ("--method entropy (TensorRT's INT8 KL divergence over uniform lev
 def format_help(qat: bool = False) -> str:
     """The help of ``--format``: every format of the table, and its default."""
     rows = "; ".join(f"{f.name}: {f.label}" for f in TABLE)
-    default = ("default: the checkpoint's (QAT keeps the calibrated format)" if qat
-               else f"default: {DEFAULT}")
-    return f"quantized format ({rows}); {default}"
+    if qat:
+        return f"quantized format ({rows}); default: the checkpoint's (QAT keeps it)"
+    return (f"quantized format ({rows}), recorded in the checkpoint; fp8 calibrates with "
+            "--method max, percentile or mse")
 
 
 def block_size_help() -> str:
