@@ -1,5 +1,6 @@
-"""The ViT family re-applies a checkpoint's recorded format when it rebuilds the model (the
-CNN and detector families share ``restore``: tests/stages/test_format_cli.py)."""
+"""The ViT and detector families re-apply a checkpoint's recorded format when they rebuild
+the model (the CNN family: tests/stages/test_format_cli.py; encoders:
+tests/families/encoder/test_format.py)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ def test_vit_reapplies_the_format():
         torch.testing.assert_close(back(images), start.eval()(images))
     del ckpt["model"]["format"]
     assert {q.num_bits for _, q in quantizers(family.load(ckpt))} == {8}
+
+
+def test_detector_reapplies_the_format():
+    family = families.get("detect")
+    torch.manual_seed(0)
+    model = family.build("yolo_digits", 10)
+    spec = {"arch": "yolo_digits", "family": "detect", "num_classes": 10, "quantized": False,
+            "skip_layers": [], "source": family.origin("yolo_digits"), "format": "fp8"}
+    start = family.load({"model": spec, "state_dict": model.state_dict()}, quantized=True)
+    assert {q.num_bits for _, q in quantizers(start)} == {E4M3}
+    assert any(q.disabled for _, q in quantizers(start))  # its prediction convs stay float
+    back = family.load({"model": {**spec, "quantized": True},
+                        "state_dict": start.state_dict()})
+    assert {q.num_bits for _, q in quantizers(back)} == {E4M3}
