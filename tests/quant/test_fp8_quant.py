@@ -137,3 +137,18 @@ def test_learned_fp8_range_gets_a_gradient():
         loss.backward()
         opt.step()
     assert loss.item() < first * 0.5 and math.isfinite(float(q.amax))
+
+
+def test_fp8_slow_convolutions_get_a_note(caplog):
+    """Depthwise and large-kernel convolutions build in FP8 through fallback kernels: one
+    NOTE line names them, nothing is refused; plain 3x3 convolutions get no note."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 7), nn.Conv2d(8, 8, 3, groups=8), nn.Conv2d(8, 8, 3))
+    with caplog.at_level("WARNING", logger="trtqat"):
+        trtqat.quantize(net, {"format": "fp8"})
+    notes = [r.getMessage() for r in caplog.records if "NOTE fp8" in r.getMessage()]
+    assert len(notes) == 1 and "2 grouped" in notes[0] and "e.g. 0, 1" in notes[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trtqat"):
+        trtqat.quantize(_cnn(), {"format": "fp8"})
+    assert not [r for r in caplog.records if "NOTE fp8" in r.getMessage()]
