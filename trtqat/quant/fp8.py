@@ -42,10 +42,5 @@ class _FakeE4M3(torch.autograd.Function):
 
 def fake_e4m3(inputs: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     """FP8 E4M3 quantize-dequantize of ``inputs`` with ``amax`` (per tensor, or any shape
-    that broadcasts: per channel) mapping to 448, in ``inputs``' dtype. An ``amax`` that
-    requires grad (a learned range) gets one: :mod:`trtqat.quant.fp8_learn`."""
-    if amax.requires_grad:
-        from trtqat.quant.fp8_learn import fake_e4m3_learnable
-
-        return fake_e4m3_learnable(inputs, amax)
+    that broadcasts: per channel) mapping to 448, in ``inputs``' dtype."""
     return _FakeE4M3.apply(inputs, amax.detach())

@@ -1,6 +1,6 @@
 """A learned FP8 E4M3 range: :func:`trtqat.quant.fp8.fake_e4m3` with an LSQ-style gradient
 for ``amax`` (``TensorQuantizer.init_learn_amax`` makes amax a parameter; encoder QAT learns
-its activation ranges so).
+its activation ranges so). The quantizer calls :func:`fake_e4m3_any`.
 
 With ``s = amax / 448`` and ``y = s * e4m3(x / s)``: inside the range the rounding passes
 straight through, so ``dy/damax = (e4m3(x / s) - x / s) / 448``; a clipped element is
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from trtqat.quant.fp8 import E4M3_MAX, fp8_scale, quantize_e4m3
+from trtqat.quant.fp8 import E4M3_MAX, fake_e4m3, fp8_scale, quantize_e4m3
 
 
 class _FakeE4M3Learnable(torch.autograd.Function):
@@ -40,3 +40,11 @@ def fake_e4m3_learnable(inputs: torch.Tensor, amax: torch.Tensor) -> torch.Tenso
     """FP8 E4M3 quantize-dequantize of ``inputs`` whose ``amax`` (a trained parameter, per
     tensor or broadcastable) also gets a gradient; ``|amax|``, at least 1e-8, is used."""
     return _FakeE4M3Learnable.apply(inputs, amax.abs().clamp_min(1e-8))
+
+
+def fake_e4m3_any(inputs: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    """:func:`fake_e4m3_learnable` for an ``amax`` that requires grad (a learned range),
+    :func:`trtqat.quant.fp8.fake_e4m3` (amax fixed) otherwise."""
+    if amax.requires_grad:
+        return fake_e4m3_learnable(inputs, amax)
+    return fake_e4m3(inputs, amax)

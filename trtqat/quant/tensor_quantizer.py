@@ -21,7 +21,7 @@ from trtqat.quant.calib.base import follow_bits, reduce_dims
 from trtqat.quant.clip import Clip
 from trtqat.quant.describe import describe
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
-from trtqat.quant.fp8 import fake_e4m3
+from trtqat.quant.fp8_learn import fake_e4m3_any
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting, quant_bounds
 from trtqat.quant.module_names import quantizer_label
 
@@ -329,7 +329,7 @@ class TensorQuantizer(nn.Module):
         if self._num_bits == E4M3:  # trtqat.quant.fp8: ONNX's Q/DQ arithmetic
             if exporting:
                 return export_mode.fp8_for_export(self, inputs, amax)
-            return fake_e4m3(inputs, amax)
+            return fake_e4m3_any(inputs, amax)  # a learned amax gets a gradient
         if not self._fake_quant:
             outputs, self._scale = pq_ops.tensor_quant(inputs, amax, self._num_bits,
                                                        self._unsigned, self._narrow_range)
