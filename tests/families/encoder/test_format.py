@@ -51,3 +51,24 @@ def test_fp8_encoder_qat_learns_its_ranges(tiny, sentences):
     learned = {n: q.amax for n, q in quantizers(student) if q.learn_amax}
     assert learned and all(bool(torch.isfinite(a).all()) for a in learned.values())
     assert any(not torch.equal(a, before[n]) for n, a in learned.items() if n in before)
+
+
+def test_encoder_cli_calibrate_and_qat_in_fp8(tiny_dir, sentences, tmp_path):
+    from trtqat.cli import main
+    from trtqat.runs.checkpoint import load_checkpoint
+
+    text = tmp_path / "sentences.txt"
+    words = " ".join(sentences).lower().replace(".", "").split()
+    lines = [" ".join(words[i:i + 3 + i % 7]) + "." for i in range(48)]  # distinct ones
+    text.write_text("\n".join(lines) + "\n")
+    fast = ["--max-length", "24", "--batch-size", "8", "--no-progress"]
+    assert main(["calibrate", "--model", str(tiny_dir), "--data", str(text), "--format", "fp8",
+                 "--num-sentences", "16", "--out", str(tmp_path / "ptq"), *fast]) == 0
+    assert main(["qat", "-c", str(tmp_path / "ptq"), "--max-steps", "2",
+                 "--out", str(tmp_path / "qat"), *fast]) == 0
+    for run in ("ptq", "qat"):
+        ckpt = load_checkpoint(tmp_path / run / "best.pt")
+        assert ckpt["model"]["format"] == "fp8", run
+        model, _ = build_encoder_from_checkpoint(ckpt)
+        assert {q.num_bits for _, q in quantizers(model)} == {E4M3}, run
+    assert "format" not in load_checkpoint(tmp_path / "fp32" / "best.pt")["model"]
