@@ -14,6 +14,7 @@ by their mean top-1 over every (model, seed) run; writes ``--out/results.json``.
     python benchmarks/calib_default.py --threads 1                  # resnet18, mobilenet_v2
     python benchmarks/calib_default.py --models resnet18 --seeds 0 --epochs 3
     python benchmarks/calib_default.py --merge a/results.json,b/results.json  # one table
+    python benchmarks/calib_default.py --formats int8,fp8   # FP8's calibrators beside INT8's
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mobile_accuracy import FP32_WARMUP_EPOCHS, fit, quantized_copy, recipes  # 
 import trtqat  # noqa: E402
 from trtqat import families  # noqa: E402
 from trtqat.families.cnn.data import make_datasets, make_loader, make_loaders  # noqa: E402
+from trtqat.quant.format_apply import apply_format  # noqa: E402
 from trtqat.runs import distributed as D  # noqa: E402
 from trtqat.runs.loop import evaluate  # noqa: E402
 from trtqat.stages.demo import CALIBRATORS  # noqa: E402
@@ -53,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=None,
                    help="FP32 epochs (default: the family's recipe)")
     p.add_argument("--calib-batches", type=int, default=8)
+    p.add_argument("--formats", default="int8",
+                   help="quantized formats (trtqat.formats), comma-separated: each is "
+                   "calibrated from the same FP32 model (fp8 skips entropy, which it refuses)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 2 on an idle machine, else 1)")
     p.add_argument("--out", default="runs/calib_default")
@@ -85,11 +90,17 @@ def run_seed(model_name: str, a: argparse.Namespace, seed: int) -> dict[str, Any
     t = time.perf_counter()
     top1 = {"fp32": fit(model, (train_loader, val_loader), train, FP32_WARMUP_EPOCHS, "fp32",
                         a.progress)["top1"]}
-    qmodel = quantized_copy(family, ns, model, classes, "per-channel")
-    trtqat.collect_stats(qmodel, calib_loader, num_batches=a.calib_batches, progress=a.progress)
-    for method, pct in CALIBRATORS:
-        trtqat.compute_amax(qmodel, method, **({"percentile": pct} if pct else {}))
-        top1[label(method, pct)] = evaluate(qmodel, val_loader, progress=a.progress)["top1"]
+    for fmt in a.formats.split(","):
+        qmodel = quantized_copy(family, ns, model, classes, "per-channel")
+        apply_format(qmodel, fmt)
+        trtqat.collect_stats(qmodel, calib_loader, num_batches=a.calib_batches,
+                             progress=a.progress)
+        for method, pct in CALIBRATORS:
+            if fmt == "fp8" and method == "entropy":
+                continue
+            trtqat.compute_amax(qmodel, method, **({"percentile": pct} if pct else {}))
+            name = label(method, pct) if fmt == "int8" else f"{fmt} {label(method, pct)}"
+            top1[name] = evaluate(qmodel, val_loader, progress=a.progress)["top1"]
     return {"model": model_name, "seed": seed, "epochs": train["epochs"], "top1": top1,
             "time_s": time.perf_counter() - t}
 

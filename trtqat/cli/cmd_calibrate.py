@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="calibration batches per process (`trtqat demo --calib-batches` "
                    "defaults to 8: it calibrates every model with 5 calibrators)")
     O.add_skip_layers(g)
+    O.add_format(g)
     O.add_model(g, help=O.families_help(
         "without --checkpoint: the float model to start from; with --checkpoint: the "
         "expected architecture; of any family"))

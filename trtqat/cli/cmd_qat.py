@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     O.add_model(g, help="expected architecture: fail if the checkpoint holds another one")
     O.add_skip_layers(g, "glob patterns of layers kept in float during fine-tuning (added to "
                       "the checkpoint's own), e.g. 'conv1,fc'; see `trtqat sensitivity`")
+    O.add_format(g, qat=True)
     g = p.add_argument_group("schedule")
     O.add_epochs(g, None, "QAT epochs (default: the family's share of the FP32 epochs, at least "
                  "1; CNNs: 10%%, ViTs: 20%%)")

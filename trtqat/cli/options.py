@@ -178,6 +178,17 @@ def add_skip_layers(g: Group, help: str = "glob patterns of layers kept in float
     g.add_argument("--skip-layers", type=csv, default=(), metavar="A,B", help=help)
 
 
+def add_format(g: Group, qat: bool = False) -> None:
+    """``--format {int8,fp8,int4}`` and ``--block-size {32,64,128}`` (``trtqat.formats``)."""
+    from trtqat.formats import BLOCK_SIZES, DEFAULT, FORMATS
+    from trtqat.runs.format_options import block_size_help, format_help
+
+    g.add_argument("--format", choices=FORMATS, default=None if qat else DEFAULT,
+                   help=format_help(qat).replace("%", "%%"))
+    g.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=None,
+                   help=block_size_help())
+
+
 def add_max_length(g: Group, default: int | None, help: str) -> None:
     """``--max-length`` (also ``--seq-len``): tokens per sentence (encoders)."""
     g.add_argument("--max-length", "--seq-len", dest="max_length", type=int_range(2),

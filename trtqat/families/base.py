@@ -151,13 +151,13 @@ class ModelFamily(abc.ABC):
         raise UnsupportedStageError(f"the {self.name} family has no ONNX export")
 
     def load_variant(self, variant: Variant) -> nn.Module:
-        """The model of a compare variant, from its checkpoint (quantized for INT8
-        variants), in eval mode."""
+        """The model of a compare variant, from its checkpoint (quantized for the quantized
+        variants: int8, fp8, int4), in eval mode."""
         from trtqat.runs.checkpoint import load_checkpoint
         from trtqat.variants import variant as variant_row
 
         ckpt = load_checkpoint(variant.checkpoint)
-        return self.load(ckpt, quantized=variant_row(variant.export_variant).int8).eval()
+        return self.load(ckpt, quantized=variant_row(variant.export_variant).quantized).eval()
 
     def compare_data(self, variants: Sequence[Variant], settings: dict[str, Any],
                      cfg: CompareConfig) -> EvalData:

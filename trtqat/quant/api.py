@@ -24,6 +24,7 @@ from trtqat.checks import check_module
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.config import QuantConfig
 from trtqat.quant.format_apply import apply_format
+from trtqat.quant.fp8_layers import check_fp8_layers
 from trtqat.quant.model_ops import (
     calibrating,
     collect_stats,
@@ -83,6 +84,8 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     keep_float = (*held(model, tuple(marked or ())), *cfg.keep_float)
     if keep_float:
         disable_layers(model, keep_float)
+    if cfg.format == "fp8":  # after skip_layers and keep_float: what is left runs in FP8
+        check_fp8_layers(model)
     if forward_loop is not None:
         calibrate(model, forward_loop, cfg.method or default_method(placement),
                   percentile=cfg.percentile, num_batches=cfg.num_batches)
@@ -122,6 +125,9 @@ def quantize_(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None =
 # ResNet18 and MobileNetV2 on digits, 3 seeds each; the README has the table), as
 # pytorch-quantization's and ModelOpt's INT8 flows start. Entropy (TensorRT's legacy
 # calibrator, the default until issue 33) lost 10-14 points there: it clips ReLU outputs.
+# FP8 keeps it: `calib_default.py --formats int8,fp8` (4 FP32 epochs, seeds 0-2, both
+# models): fp8 max 95.00, fp8 mse 95.05 (a tie: on E4M3's grid mse rarely clips), fp8
+# percentile 99.99 94.44 mean top-1 (int8 max 95.32, FP32 95.37).
 CNN_METHOD = "max"
 
 

@@ -71,7 +71,8 @@ class QuantConfig:
         block_size: int4's weight block along the input channels (32, 64 or 128).
     Calibration (with ``forward_loop``):
         method: amax method (max, percentile, mse, entropy, or a registered one); default:
-            mse for models with attention, max otherwise (what the CLI families use).
+            mse for models with attention, max otherwise (what the CLI families use). fp8:
+            max (amax / 448), percentile or mse (scored on the E4M3 grid); entropy refused.
         percentile: kept by ``method="percentile"``.
         num_batches: at most this many batches of an iterable ``forward_loop``.
     """
@@ -125,6 +126,10 @@ class QuantConfig:
             if self.method not in methods():
                 raise QuantConfigError(f"QuantConfig.method {self.method!r} is not a "
                                        f"calibration method: use one of {', '.join(methods())}")
+            if self.format == "fp8" and self.method == "entropy":
+                from trtqat.quant.calib.fp8_mse import ENTROPY_FP8
+
+                raise QuantConfigError(f"QuantConfig.method: {ENTROPY_FP8}")
         if not 0.0 < float(self.percentile) <= 100.0:
             raise QuantConfigError(f"QuantConfig.percentile must be in (0, 100], got "
                                    f"{self.percentile}")

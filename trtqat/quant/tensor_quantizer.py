@@ -17,11 +17,11 @@ from trtqat.errors import (
 )
 from trtqat.quant import _kernels, export_mode, fast_path, pq_ops
 from trtqat.quant.amax import checked_amax, fits, shape_buffers_for, store_amax
-from trtqat.quant.calib.base import reduce_dims
+from trtqat.quant.calib.base import follow_bits, reduce_dims
 from trtqat.quant.clip import Clip
 from trtqat.quant.describe import describe
 from trtqat.quant.descriptor import E4M3, QUANT_DESC_8BIT_PER_TENSOR, QuantDescriptor, axis_tuple
-from trtqat.quant.fp8 import fake_e4m3
+from trtqat.quant.fp8_learn import fake_e4m3_any
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting, quant_bounds
 from trtqat.quant.module_names import quantizer_label
 
@@ -31,8 +31,7 @@ log = logging.getLogger(__name__)
 def _make_calibrator(desc: QuantDescriptor):
     from trtqat.quant.calib.registry import make_calibrator
 
-    bits = desc.num_bits if isinstance(desc.num_bits, int) else 8  # E4M3: ranges as for int8
-    return make_calibrator(desc.calib_method, bits, desc.axis, desc.unsigned)
+    return make_calibrator(desc.calib_method, desc.num_bits, desc.axis, desc.unsigned)
 
 
 @functools.lru_cache(maxsize=64)
@@ -131,7 +130,7 @@ class TensorQuantizer(nn.Module):
     @num_bits.setter
     def num_bits(self, value: int | tuple[int, int]) -> None:
         QuantDescriptor(num_bits=value)  # validates
-        self._num_bits = value
+        self._num_bits = follow_bits(self._calibrator, value)  # FP8: mse searches E4M3's grid
 
     unsigned = _flag("_unsigned", "Unsigned integer range. Settable.")
     narrow_range = _flag("_narrow_range", "[-127, 127] instead of [-128, 127]. Settable.")
@@ -330,7 +329,7 @@ class TensorQuantizer(nn.Module):
         if self._num_bits == E4M3:  # trtqat.quant.fp8: ONNX's Q/DQ arithmetic
             if exporting:
                 return export_mode.fp8_for_export(self, inputs, amax)
-            return fake_e4m3(inputs, amax)
+            return fake_e4m3_any(inputs, amax)  # a learned amax gets a gradient
         if not self._fake_quant:
             outputs, self._scale = pq_ops.tensor_quant(inputs, amax, self._num_bits,
                                                        self._unsigned, self._narrow_range)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from trtqat.quant.calib.registry import methods
 from trtqat.runopts import RunOptions
 from trtqat.runs import recipes as R
+from trtqat.runs.format_options import check_format_options
 
 if TYPE_CHECKING:
     from trtqat.families.types import StageResult
@@ -36,7 +37,8 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
     """Options of ``trtqat calibrate``, for every model family.
 
     None takes the family's default (``--method``: max for CNNs, mse for ViTs and
-    encoders, percentile for detectors) or what the FP32 run recorded (data options).
+    encoders, percentile for detectors, for every ``format``) or what the FP32 run recorded
+    (data options). ``format`` (``trtqat.formats``) is recorded in the checkpoint.
     ``num_sentences``, ``max_length`` and ``fp32_out`` are the encoders' own.
     """
 
@@ -51,6 +53,8 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
     num_sentences: int = 512
     max_length: int | None = None
     fp32_out: str | None = None
+    format: str = "int8"  # trtqat.formats: int8, fp8, int4 (recorded in the checkpoint)
+    block_size: int | None = None  # int4 only (None: trtqat.formats.DEFAULT_BLOCK_SIZE)
 
     def __post_init__(self) -> None:
         self.checkpoint = str(self.checkpoint or "")
@@ -66,6 +70,7 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
                                 f"{', '.join(methods())}")
         if not 0.0 < self.percentile <= 100.0:
             raise R.ConfigError(f"--percentile must be in (0, 100], got {self.percentile}")
+        check_format_options(self)
 
 
 def calibrate(cfg: CalibrateConfig) -> StageResult:

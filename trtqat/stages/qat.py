@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from trtqat.runopts import RunOptions
 from trtqat.runs import recipes as R
+from trtqat.runs.format_options import check_format_options
 
 if TYPE_CHECKING:
     from trtqat.families.types import StageResult
@@ -34,6 +35,8 @@ class QATConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
     max_steps: int | None = None
     max_length: int | None = None
     distill: float | None = None  # detectors: weight of the distillation loss from FP32
+    format: str | None = None  # None: the checkpoint's; another than its is refused
+    block_size: int | None = None  # int4 checkpoints: must match the checkpoint's
 
     def __post_init__(self) -> None:
         if not str(self.checkpoint):
@@ -43,6 +46,7 @@ class QATConfig(R.ScheduleOptions, R.ImageOptions, RunOptions):
         R.check_schedule(self)
         R.check_positive(self, "max_steps", "max_length", allow_none=True)
         R.check_positive(self, "distill", allow_none=True, zero=True)
+        check_format_options(self, qat=True)
 
 
 def qat_finetune(cfg: QATConfig) -> StageResult:
@@ -59,6 +63,10 @@ def qat_finetune(cfg: QATConfig) -> StageResult:
     apply_threads(cfg.threads)
 
     family, src = families.of_source(cfg.checkpoint, cfg.model)
+    if src is not None and (src.get("model") or {}).get("quantized"):
+        from trtqat.families.quant_format import check_qat_format
+
+        check_qat_format(cfg, src["model"], str(cfg.checkpoint))
     return families.summarized(family, "qat", family.run_qat(cfg, src))
 
 

@@ -264,9 +264,10 @@ class CNNFamily(ModelFamily):
 def restore(family: ModelFamily, model: nn.Module, ckpt: dict[str, Any],
             quantized: bool) -> nn.Module:
     """``model`` (just built by ``family``) with the checkpoint's quantizers (placed as it
-    was calibrated; none when not ``quantized``) and weights."""
+    was calibrated, then made its ``format``; none when not ``quantized``) and weights."""
     from trtqat.families.cnn.model_source import is_quantizer_key
     from trtqat.families.cnn.models import LEGACY
+    from trtqat.families.quant_format import apply_spec_format
     from trtqat.quant.placement.place import GRAPH_1
     from trtqat.quant.reparam import reparameterize
 
@@ -277,6 +278,7 @@ def restore(family: ModelFamily, model: nn.Module, ckpt: dict[str, Any],
     from_float = quantized and not spec.get("quantized")
     if quantized and not from_float:
         family.quantize(model, skip, placement=placement_of(spec))
+        apply_spec_format(model, spec)
     elif spec.get("quantized") and placement_of(spec) not in (GRAPH_1, LEGACY):
         reparameterize(model)  # a quantized checkpoint's weights are re-parameterized ones
     state = ckpt["state_dict"]
@@ -285,6 +287,7 @@ def restore(family: ModelFamily, model: nn.Module, ckpt: dict[str, Any],
     fit_checkpoint_state(model, state, spec)
     if from_float:
         family.quantize(model, skip, placement=placement_of(spec))
+        apply_spec_format(model, spec)
     return model
 
 

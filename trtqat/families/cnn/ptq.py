@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trtqat.families.cnn.data_sources import preprocess_of
+from trtqat.families.quant_format import (
+    apply_spec_format,
+    check_format_layers,
+    record_format,
+    with_format,
+)
 from trtqat.families.types import StageResult
 from trtqat.outputs import scoring
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers, quantizers
@@ -66,10 +72,11 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
                               distributed=ctx.distributed)
         prep = batches.info["prep"]  # an array's own size and channels
         R.check_array_size(cfg, data, prep.size)
-        if src is not None:
-            model = family.load(src, quantized=True)
+        if src is not None:  # placed, made cfg.format, then the FP32 weights
+            model = family.load(with_format(src, cfg.format, cfg.block_size), quantized=True)
         else:
             model, spec = _start_from_float(family, cfg, prep, batches.classes)
+        record_format(spec, cfg.format, cfg.block_size)
         spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
         which = cfg.metric_output or spec.get("metric_output")
         model.register_forward_hook(scoring(which))  # several outputs: the one scored
@@ -80,6 +87,7 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
                                   f"{spec['arch']} predicts {spec['num_classes']}")
         if cfg.skip_layers:
             disable_layers(model, cfg.skip_layers)
+        check_format_layers(model, cfg.format)
         acc.prepare(model.to(ctx.device))
         progress = cfg.progress and ctx.is_main
         t0 = time.perf_counter()
@@ -155,4 +163,5 @@ def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any,
     classes = output_classes(model, prep.channels, prep.size, cfg.metric_output)
     spec = {"arch": family.arch(cfg.model), "num_classes": classes, "quantized": True,
             "skip_layers": [], "source": info}
-    return family.quantize(model), spec
+    family.quantize(model)
+    return apply_spec_format(model, record_format(spec, cfg.format, cfg.block_size)), spec

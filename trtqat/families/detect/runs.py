@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from trtqat.families.detect import loop
+from trtqat.families.quant_format import (
+    apply_spec_format,
+    check_format_layers,
+    record_format,
+    with_format,
+)
 from trtqat.families.types import StageResult
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers
 from trtqat.quant.placement import PLACEMENT_VERSION
@@ -150,7 +156,8 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
         batches = _data(family, cfg, "calib", data, size, batch_size)
         classes = batches.info["classes"]
         if src is not None:
-            model, spec = family.load(src, quantized=True), dict(src["model"])
+            model = family.load(with_format(src, cfg.format, cfg.block_size), quantized=True)
+            spec = dict(src["model"])
             if len(classes) > int(spec["num_classes"]):
                 raise CheckpointError(f"the data has {len(classes)} classes but the "
                                       f"{spec['arch']} predicts {spec['num_classes']}")
@@ -164,8 +171,11 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
                 source.update(load_weights(model, cfg.model, cfg.weights))
             spec = _spec(family, cfg.model, model, classes, size, source)
             family.quantize(model)
+            apply_spec_format(model, record_format(spec, cfg.format, cfg.block_size))
+        record_format(spec, cfg.format, cfg.block_size)
         if cfg.skip_layers:
             disable_layers(model, cfg.skip_layers)
+        check_format_layers(model, cfg.format)
         model = acc.prepare(model.to(ctx.device))
         t0 = time.perf_counter()
         with acc.autocast():

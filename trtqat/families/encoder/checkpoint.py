@@ -75,9 +75,11 @@ def build_encoder_from_checkpoint(ckpt: dict[str, Any], quantized: bool | None =
         raise CheckpointError(f"cannot rebuild the checkpoint's encoder: {exc}") from None
     model.normalize = bool(spec.get("normalize", True))
     if quantized:
+        from trtqat.families.quant_format import apply_spec_format
         from trtqat.quant.plugins.transformer import quantize_transformer
 
-        quantize_transformer(model, skip_layers=tuple(spec.get("skip_layers") or ()))
+        apply_spec_format(quantize_transformer(
+            model, skip_layers=tuple(spec.get("skip_layers") or ())), spec)
     state = ckpt["state_dict"]
     if not quantized:
         state = {k: v for k, v in state.items() if not is_quantizer_key(k)}

@@ -37,6 +37,7 @@ from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
 from trtqat.quant.plugins.transformer import quantize_transformer
 from trtqat.runopts import ConfigError, check_positive
 from trtqat.runs.accel import Accel
+from trtqat.runs.format_options import check_format_options
 from trtqat.runs.loop import cosine_lambda
 
 log = logging.getLogger(__name__)
@@ -66,10 +67,13 @@ class CalibOptions:
     max_length: int | None = None
     skip_layers: tuple[str, ...] = ()
     progress: bool = False
+    format: str = "int8"  # trtqat.formats
+    block_size: int | None = None  # int4's weight block
 
     def __post_init__(self) -> None:
         check_positive(self, "num_sentences")
         check_positive(self, "batch_size", "max_length", allow_none=True)
+        check_format_options(self)
         if self.method is not None and self.method not in methods():
             raise ConfigError(f"unknown --method {self.method!r}: use one of "
                               f"{', '.join(methods())}")
@@ -144,10 +148,20 @@ def calibrated_copy(model: nn.Module, tokenizer, sentences: Sequence[str],
     ``num_sentences`` (taken from the start of the list), ``batch_size`` and ``max_length``
     (tokenization; None: 32 and 128), ``skip_layers`` (glob patterns kept in float).
     ``accel``: its autocast applies to the (always eager) statistics collection.
+    ``format``/``block_size`` (``trtqat.formats``; default int8) are applied after placement.
     """
+    from trtqat.families.quant_format import (
+        apply_spec_format,
+        check_format_layers,
+        record_format,
+    )
+
     cfg = config or CalibOptions()
     acc = accel or Accel(model_device(model))
     qmodel = quantized_copy(model, cfg.skip_layers)
+    name = getattr(cfg, "format", "int8")
+    apply_spec_format(qmodel, record_format({}, name, getattr(cfg, "block_size", None)))
+    check_format_layers(qmodel, name)
     with acc.autocast():
         collect_encoder_stats(qmodel, tokenizer, list(sentences)[:cfg.num_sentences],
                               cfg.batch_size or DEFAULT_BATCH_SIZE,

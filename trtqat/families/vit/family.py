@@ -181,6 +181,7 @@ class ViTFamily(CNNFamily):
         FP16 and INT8 exports share one attention graph (ONNX Runtime 1.2x crashed building
         the FP16 graph of ``nn.MultiheadAttention`` at its highest optimisation level)."""
         from trtqat.families.cnn.model_source import is_quantizer_key
+        from trtqat.families.quant_format import apply_spec_format
 
         spec = ckpt["model"]
         holds_quant = bool(spec.get("quantized"))
@@ -191,14 +192,14 @@ class ViTFamily(CNNFamily):
         skip = tuple(spec.get("skip_layers") or ())
         state = dict(ckpt["state_dict"])
         if holds_quant and quantized:
-            self.quantize(model, skip, placement=placement_of(spec))
+            apply_spec_format(self.quantize(model, skip, placement=placement_of(spec)), spec)
             _fit(model, state, spec)
             return model
         # torchvision's keys (q/k/v fused back when the file holds split projections)
         _fit(model, {k: v for k, v in fuse_qkv_keys(state).items() if not is_quantizer_key(k)},
              spec)
         if quantized:
-            return self.quantize(model, skip)
+            return apply_spec_format(self.quantize(model, skip), spec)
         replace_attention(model)
         return model
 

@@ -24,6 +24,15 @@ def reduce_dims(x: torch.Tensor, axis: tuple[int, ...] | None) -> tuple[int, ...
     return tuple(d for d in range(x.dim()) if d not in kept)
 
 
+def follow_bits(calibrator: Calibrator | None, num_bits: int | tuple[int, int]
+                ) -> int | tuple[int, int]:
+    """``num_bits``, also set on ``calibrator`` (when there is one): its range searches (mse,
+    entropy) then score the quantizer's own grid, E4M3's for ``(4, 3)``."""
+    if calibrator is not None and hasattr(calibrator, "_num_bits"):
+        calibrator._num_bits = num_bits
+    return num_bits
+
+
 class Calibrator:
     """Collects statistics of a tensor and turns them into a range ``amax``.
 

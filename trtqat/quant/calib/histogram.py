@@ -30,6 +30,7 @@ import torch
 
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.calib.base import Calibrator, reduce_dims
+from trtqat.quant.calib.fp8_mse import is_fp8
 from trtqat.quant.calib.registry import amax_from_histogram, get_method, methods
 from trtqat.quant.calib.thresholds import rebin_histogram
 
@@ -66,8 +67,10 @@ class HistogramCalibrator(Calibrator):
     def __init__(self, num_bits: int = 8, axis=None, unsigned: bool = False,
                  num_bins: int = 2048, grow_method: str | None = None, skip_zeros: bool = False,
                  torch_hist: bool = True) -> None:
-        if isinstance(num_bits, bool) or not isinstance(num_bits, int) or not 2 <= num_bits <= 16:
-            raise QuantConfigError(f"num_bits must be an int in 2..16, got {num_bits!r}")
+        if not is_fp8(num_bits) and (isinstance(num_bits, bool) or not isinstance(num_bits, int)
+                                     or not 2 <= num_bits <= 16):
+            raise QuantConfigError(f"num_bits must be an int in 2..16 or (4, 3) for FP8 E4M3, "
+                                   f"got {num_bits!r}")
         if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
             raise QuantConfigError(
                 f"num_bins must be an int >= 2, got {num_bins!r}: use num_bins=2048")

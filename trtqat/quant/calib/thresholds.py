@@ -158,7 +158,12 @@ def percentile_bins(hist: torch.Tensor, *, num_bits: int, unsigned: bool,
 
 def mse_bins(hist: torch.Tensor, *, num_bits: int, unsigned: bool, start_bin: int,
              stride: int) -> torch.Tensor:
-    """'mse': the candidate edge with the least count-weighted fake-quantization error."""
+    """'mse': the candidate edge with the least count-weighted fake-quantization error (of
+    the FP8 E4M3 grid for ``num_bits=(4, 3)``: :mod:`trtqat.quant.calib.fp8_mse`)."""
+    from trtqat.quant.calib.fp8_mse import fp8_mse_bins, is_fp8
+
+    if is_fp8(num_bits):
+        return fp8_mse_bins(hist, start_bin, stride)
     return _mse_bins(hist, 2 ** (num_bits - 1 + int(unsigned)) - 1, start_bin, stride)
 
 
@@ -188,7 +193,10 @@ def check_candidates(num_bins: int, num_bits: int, unsigned: bool, *, start_bin,
 
 
 def check_entropy(num_bins: int, num_bits: int, unsigned: bool, *, start_bin, stride) -> None:
-    """The candidates, and at least one bin per quantization level."""
+    """The candidates, and at least one bin per quantization level; FP8 has no levels."""
+    from trtqat.quant.calib.fp8_mse import refuse_entropy
+
+    refuse_entropy(num_bits)
     check_candidates(num_bins, num_bits, unsigned, start_bin=start_bin, stride=stride)
     levels = 1 << (num_bits - 1 + int(unsigned))
     if num_bins < levels:

@@ -44,8 +44,9 @@ def calibrate_weights(model: nn.Module, method: str = "percentile", perchannel: 
         if quantizer is None or not isinstance(weight, torch.Tensor):
             continue
         axis = _weight_axis(module, perchannel)
-        num_bits = quantizer.num_bits if isinstance(quantizer.num_bits, int) else 8
-        calib = HistogramCalibrator(num_bits, axis, quantizer.unsigned, num_bins=num_bins)
+        # the quantizer's own num_bits: an FP8 (4, 3) one's mse scores E4M3's grid
+        calib = HistogramCalibrator(quantizer.num_bits, axis, quantizer.unsigned,
+                                    num_bins=num_bins)
         calib.collect(weight.detach())
         amax = calib.compute_amax(method, percentile=percentile)
         quantizer._store_amax(quantizer._checked_amax(amax))
