@@ -45,6 +45,8 @@ def test_int4_quantizes_linear_weights_only(caplog):
     assert all(is_block(q) for n, q in quantizers(model) if n in active)
     assert all(q._format_off for n, q in quantizers(model) if n not in active)
     assert skipped_layers(model) == ()  # switched off by the format, not float on purpose
+    model.fc1._input_quantizer.enable()  # e.g. a sensitivity sweep: stays off
+    assert model.fc1._input_quantizer.disabled
     q, w = model.fc1._weight_quantizer, model.fc1.weight.detach()
     assert tuple(q.amax.shape) == (64, 2)
     assert torch.equal(q.amax, w.abs().reshape(64, 2, 32).amax(-1))

@@ -107,6 +107,14 @@ class BlockQuantizer(TensorQuantizer):
         return f"{super().extra_repr()} int4 block={self.block_size}"
 
 
+class FormatOff(TensorQuantizer):
+    """A placed quantizer the format has no use for (int4's activations): disabled for
+    good, so that calibration switches and sensitivity sweeps cannot turn it on."""
+
+    def enable(self) -> None:
+        """Stays disabled (the format quantizes no such tensor)."""
+
+
 def is_block(q: nn.Module) -> bool:
     """True for an INT4 block-wise weight quantizer."""
     return isinstance(q, BlockQuantizer)
@@ -179,6 +187,7 @@ def to_int4_weights(model: nn.Module, block_size: int) -> int:
     for _, q in quantizers(model):
         if not is_block(q):
             q.disable()
+            q.__class__ = FormatOff
             q._format_off = True  # not "float on purpose": the format has no such quantizer
     if convs:
         shown = ", ".join(convs[:4]) + (f" (+{len(convs) - 4} more)" if len(convs) > 4 else "")
