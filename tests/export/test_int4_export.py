@@ -98,3 +98,40 @@ def test_bad_int4_export_requests_are_one_line(int4_model, tmp_path, case, match
     with pytest.raises(ExportError, match=match) as info:
         Exporter(model, x[:2]).export(tmp_path / "m.onnx", variant, opset)
     assert "\n" not in str(info.value) and not list(tmp_path.iterdir())
+
+
+class Tokens(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 64)
+        self.fc = nn.Linear(64, 8)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids)).mean(1)
+
+
+def test_int4_embedding_tables_are_opt_in_and_export_as_int4(tmp_path):
+    from trtqat.quant.blockwise import Int4Embedding, to_int4_weights
+    from trtqat.quant.config import QuantConfig
+    from trtqat.quant.model_ops import calibrating
+    from trtqat.quant.placement import place
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (4, 6))
+    model = trtqat.quantize(Tokens().eval(), {"format": "int4", "block_size": 32})
+    assert type(model.emb) is nn.Embedding  # default: Linear weights only
+    model = Tokens().eval()
+    place(model, QuantConfig())
+    assert to_int4_weights(model, 32, embeddings=True) == 2
+    assert isinstance(model.emb, Int4Embedding)
+    with calibrating(model), torch.no_grad():
+        model(ids)
+    trtqat.compute_amax(model, "max")
+    result = Exporter(model, ids[:2]).export(tmp_path / "t.onnx", "int4")
+    assert all(c.passed for c in result.checks), result.checks
+    proto = onnx.load(tmp_path / "t.onnx")
+    gather = next(n for n in proto.graph.node if n.op_type == "Gather")
+    assert gather.input[0] in _dequantized(proto)  # the table: INT4 codes -> DQ -> Gather
+    with torch.no_grad():
+        table = model.emb._weight_quantizer(model.emb.weight).numpy()
+    np.testing.assert_array_equal(_dequantized(proto)[gather.input[0]], table)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from trtqat.errors import QuantConfigError, QuantizerStateError
@@ -166,9 +167,37 @@ def int4_weight_quantizer(module: nn.Module, attr: str, block_size: int, name: s
     return q
 
 
-def to_int4_weights(model: nn.Module, block_size: int) -> int:
+class Int4Embedding(nn.Embedding):
+    """``nn.Embedding`` whose table is INT4 blocks along the embedding dimension (each
+    token's row in blocks of ``block_size``): exported as INT4 codes -> DequantizeLinear ->
+    Gather. Opt-in (``to_int4_weights(..., embeddings=True)``): it shrinks a file whose
+    embedding table dominates (all-MiniLM-L6-v2: half its parameters)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input, self._weight_quantizer(self.weight), self.padding_idx,
+                           self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse)
+
+
+def _int4_embeddings(model: nn.Module, block_size: int) -> int:
+    count = 0
+    for name, module in list(model.named_modules()):
+        if type(module) is not nn.Embedding:
+            continue
+        dim = int(module.embedding_dim)
+        if dim % block_size:
+            raise QuantConfigError(
+                f"{name}: block_size {block_size} does not divide its embedding_dim {dim}: "
+                f"use a block size that does ({_divisors(dim)}) or leave embeddings float")
+        module.__class__ = Int4Embedding
+        module._weight_quantizer = BlockQuantizer(block_size)
+        count += 1
+    return count
+
+
+def to_int4_weights(model: nn.Module, block_size: int, embeddings: bool = False) -> int:
     """Make ``model``'s placed quantizers weight-only INT4 (see the module doc), in place;
-    returns the number of INT4 weights. A model without a Linear weight to quantize is a
+    ``embeddings`` also makes every ``nn.Embedding`` table INT4 (:class:`Int4Embedding`).
+    Returns the number of INT4 weights. A model without a Linear weight to quantize is a
     one-line :class:`QuantConfigError`."""
     name_quantizers(model)
     linear, convs = [], []
@@ -184,6 +213,7 @@ def to_int4_weights(model: nn.Module, block_size: int) -> int:
             "none to quantize (convs keep float weights): use format int8 or fp8 for it")
     for name, module, attr in linear:
         int4_weight_quantizer(module, attr, block_size, name)
+    tables = _int4_embeddings(model, block_size) if embeddings else 0
     for _, q in quantizers(model):
         if not is_block(q):
             q.disable()
@@ -194,7 +224,7 @@ def to_int4_weights(model: nn.Module, block_size: int) -> int:
         log.warning("NOTE format int4 quantizes Linear weights only: %d conv layer(s) keep "
                     "float weights: %s", len(convs), shown)
     name_quantizers(model)
-    return len(linear)
+    return len(linear) + tables
 
 
 @torch.no_grad()
