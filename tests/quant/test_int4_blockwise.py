@@ -110,6 +110,7 @@ def test_qat_learns_the_block_amax_and_lowers_the_loss():
     ("method", r"histogram method for activations; format int4 \(weights only\) takes max "
                r"or mse"),
     ("size", r"block_size must be one of 32, 64, 128, got 16"),
+    ("nan", r"fc1._weight_quantizer': amax contains NaN or inf"),
 ])
 def test_bad_int4_input_is_one_line(case, match):
     torch.manual_seed(0)
@@ -127,6 +128,11 @@ def test_bad_int4_input_is_one_line(case, match):
             BlockQuantizer(32)(torch.randn(4, 3, 3, 3))
         elif case == "method":
             trtqat.quantize(ConvMLP(), {"format": "int4", "method": "percentile"})
+        elif case == "nan":
+            model = ConvMLP()
+            with torch.no_grad():
+                model.fc1.weight[3, 7] = float("nan")
+            _int4(model, torch.randn(2, 3, 4, 4))
         else:
             trtqat.quantize(ConvMLP(), {"format": "int4", "block_size": 16})
     assert "\n" not in str(info.value)
