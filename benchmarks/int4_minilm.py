@@ -4,11 +4,12 @@ sentences, then the int4 / int4-fp16 / fp16 ONNX files (sizes, and each file's c
 against PyTorch). Short by default (2 CPU cores): a few hundred sentences, few QAT steps.
 
     python benchmarks/int4_minilm.py [--block-size 32] [--qat-steps 60] [--embeddings]
-                                     [--json out.json]
+                                     [--awq] [--json out.json]
 
 ``--embeddings`` also makes the embedding tables INT4 (``to_int4_weights(embeddings=True)``):
 format int4 quantizes Linear weights only, and half of MiniLM's parameters are its word
-embedding table, which then stays float in the file.
+embedding table, which then stays float in the file. ``--awq`` adds PTQ rows with
+activation-aware scaling (:mod:`trtqat.quant.awq`) before the max / mse block amax.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from trtqat.families.encoder.corpus import load_corpus  # noqa: E402
-from trtqat.families.encoder.minilm import embed, load_encoder  # noqa: E402
+from trtqat.families.encoder.minilm import batches, embed, load_encoder  # noqa: E402
 from trtqat.families.encoder.onnx_export import EncoderExporter  # noqa: E402
 from trtqat.families.encoder.recipes import (  # noqa: E402
     EncoderQATConfig,
@@ -37,6 +38,7 @@ from trtqat.families.encoder.recipes import (  # noqa: E402
     quantized_copy,
     set_amax,
 )
+from trtqat.quant.awq import apply_awq  # noqa: E402
 from trtqat.quant.blockwise import to_int4_weights  # noqa: E402
 
 
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--qat-amax-lr", type=float, default=1e-3)
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--embeddings", action="store_true", help="INT4 embedding tables too")
+    p.add_argument("--awq", action="store_true", help="also PTQ with AWQ-style scaling")
     p.add_argument("--no-export", action="store_true")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
@@ -71,16 +74,21 @@ def main(argv: list[str] | None = None) -> dict:
                  "torch_threads": torch.get_num_threads()}
 
     ptq = {}
-    for method in ("max", "mse"):
+    runs = [(m, False) for m in ("max", "mse")] + ([(m, True) for m in ("max", "mse")]
+                                                    if args.awq else [])
+    for method, awq in runs:
+        label = f"awq-{method}" if awq else method
         q = quantized_copy(model)
         n = to_int4_weights(q, args.block_size, embeddings=args.embeddings)
+        if awq:
+            apply_awq(q, lambda m, b: m(**b), batches(tok, calib, 32, args.max_length))
         collect_encoder_stats(q, tok, calib, 32, args.max_length)
         set_amax(q, method)
-        ptq[method] = q
-        out[f"ptq_{method}_cosine"] = _cosine(embed(q, tok, held, max_length=args.max_length),
-                                              ref)
-        print(f"PTQ {method:3s} int4 block {args.block_size} ({n} INT4 weights): mean cosine "
-              f"vs FP32 {out[f'ptq_{method}_cosine']:.5f}", flush=True)
+        ptq[label] = q
+        out[f"ptq_{label}_cosine"] = _cosine(embed(q, tok, held, max_length=args.max_length),
+                                             ref)
+        print(f"PTQ {label:7s} int4 block {args.block_size} ({n} INT4 weights): mean cosine "
+              f"vs FP32 {out[f'ptq_{label}_cosine']:.5f}", flush=True)
     start = max(ptq, key=lambda m: out[f"ptq_{m}_cosine"])
     student = copy.deepcopy(ptq[start])
     cfg = EncoderQATConfig(epochs=100, max_steps=args.qat_steps,

@@ -135,3 +135,32 @@ def test_int4_embedding_tables_are_opt_in_and_export_as_int4(tmp_path):
     with torch.no_grad():
         table = model.emb._weight_quantizer(model.emb.weight).numpy()
     np.testing.assert_array_equal(_dequantized(proto)[gather.input[0]], table)
+
+
+def test_awq_scaled_int4_model_exports_its_scaling_in_every_variant(tmp_path):
+    from trtqat.quant.awq import apply_awq
+    from trtqat.quant.blockwise import to_int4_weights
+    from trtqat.quant.config import QuantConfig
+    from trtqat.quant.placement import place
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    x = torch.randn(64, 64)
+    x[:, :4] *= 20
+    with torch.no_grad():
+        want = model(x).numpy()
+    place(model, QuantConfig())
+    to_int4_weights(model, 32)
+    apply_awq(model, lambda m, b: m(b), [x])
+    trtqat.calibrate(model, [x], "max")
+    exporter = Exporter(model, x[:2])
+    for variant in ("fp32", "int4"):
+        result = exporter.export(tmp_path / f"{variant}.onnx", variant)
+        assert all(c.passed for c in result.checks), result.checks
+    from trtqat.export.validate import ort_session
+
+    session = ort_session(tmp_path / "fp32.onnx")  # the float model, the scaling inside it
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    ops = [n.op_type for n in onnx.load(tmp_path / "int4.onnx").graph.node]
+    assert "Mul" in ops and ops.count("DequantizeLinear") == 2

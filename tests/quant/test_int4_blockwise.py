@@ -136,3 +136,37 @@ def test_bad_int4_input_is_one_line(case, match):
         else:
             trtqat.quantize(ConvMLP(), {"format": "int4", "block_size": 16})
     assert "\n" not in str(info.value)
+
+
+def test_awq_scaling_lowers_the_int4_error_and_keeps_the_float_model():
+    import copy
+
+    from trtqat.quant.awq import apply_awq
+    from trtqat.quant.blockwise import to_int4_weights
+    from trtqat.quant.config import QuantConfig
+    from trtqat.quant.model_ops import disable_quantization
+    from trtqat.quant.placement import place
+
+    torch.manual_seed(0)
+    float_model = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    x = torch.randn(256, 128)
+    x[:, :8] *= 20  # a few input channels carry most of the signal
+
+    def int4(awq: bool) -> nn.Module:
+        model = copy.deepcopy(float_model)
+        place(model, QuantConfig())
+        to_int4_weights(model, 32)
+        if awq:
+            alphas = apply_awq(model, lambda m, b: m(b), [x])
+            assert set(alphas) == {"0", "2"} and max(alphas.values()) > 0
+        trtqat.calibrate(model, [x], "max")
+        return model
+
+    with torch.no_grad():
+        want = float_model(x)
+        plain, scaled = int4(False), int4(True)
+        assert float((scaled(x) - want).square().mean()) < \
+            0.9 * float((plain(x) - want).square().mean())
+        assert scaled[0]._input_quantizer.pre_quant_scale is not None
+        disable_quantization(scaled)  # the scaling alone is the float layer again
+        assert torch.allclose(scaled(x), want, atol=1e-5)

@@ -115,6 +115,12 @@ class FormatOff(TensorQuantizer):
     def enable(self) -> None:
         """Stays disabled (the format quantizes no such tensor)."""
 
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``inputs`` unquantized; times ``pre_quant_scale`` when AWQ scaling set one (in
+        every variant: the layer's weight holds the inverse, :mod:`trtqat.quant.awq`)."""
+        pqs = self._buffers.get("_pre_quant_scale")
+        return inputs if pqs is None else inputs * pqs.to(inputs.device, inputs.dtype)
+
 
 def is_block(q: nn.Module) -> bool:
     """True for an INT4 block-wise weight quantizer."""
