@@ -102,8 +102,8 @@ def test_qat_learns_the_block_amax_and_lowers_the_loss():
 
 
 @pytest.mark.parametrize("case, match", [
-    ("block", r"fc1: block_size 32 does not divide its in_features 48: use a block size "
-              r"that does \(none\)"),
+    ("block", r"fc1: block_size 64 does not divide its in_features 96: use block_size 32, "
+              r"or leave the layer float \(skip_layers\)"),
     ("conv-only", r"format int4 quantizes Linear/MatMul weights only.*use format int8"),
     ("conv-asked", r"INT4 block-wise weights are for Linear/MatMul layers, not a QuantConv2d"),
     ("conv-weight", r"not a weight of shape \(4, 3, 3, 3\) \(a conv\)"),
@@ -117,8 +117,8 @@ def test_bad_int4_input_is_one_line(case, match):
     with pytest.raises(TrtqatError, match=match) as info:
         if case == "block":
             model = nn.Sequential()
-            model.add_module("fc1", nn.Linear(48, 8))
-            trtqat.quantize(model, {"format": "int4", "block_size": 32})
+            model.add_module("fc1", nn.Linear(96, 8))
+            trtqat.quantize(model, {"format": "int4", "block_size": 64})
         elif case == "conv-only":
             trtqat.quantize(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), {"format": "int4"})
         elif case == "conv-asked":

@@ -288,7 +288,8 @@ class Exporter:
         if self.plan.clip_fp16 and variant_row(variant).fp16:
             base = clip_to_fp16_range(base)
         min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
-        blocks = export_blocks(self._traced[True]) if quantized and not int8 else None
+        blocks = (export_blocks(self._traced[True]) if variant_row(variant).format == "int4"
+                  else None)
         model, opset, raised = lowest_working_opset(
             lambda o: finish_model(base, variant, o, io_dtype, min_codes,
                                    self.plan.float32_ops, blocks), opset)

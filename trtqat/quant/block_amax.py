@@ -20,14 +20,22 @@ MSE_FRACTIONS = tuple(1.0 - 0.025 * i for i in range(21))  # 1.0 down to 0.5
 _QMAX = 7
 
 
+def block_fix(n: int) -> str:
+    """What to do when the block size does not divide ``n`` channels (for error lines)."""
+    fits = [str(b) for b in BLOCK_SIZES if n % b == 0]
+    if fits:
+        return f"use block_size {' or '.join(fits)}, or leave the layer float (skip_layers)"
+    return (f"no block size of {', '.join(map(str, BLOCK_SIZES))} divides it: leave the "
+            "layer float (skip_layers)")
+
+
 def blocks_of(w: torch.Tensor, block_size: int) -> torch.Tensor:
     """``w`` (``(out, in)``) viewed as ``(out, in / block_size, block_size)``; a block size
     that does not divide ``in`` is a one-line :class:`QuantConfigError`."""
     out, n = int(w.shape[0]), int(w.shape[1])
     if n % block_size:
-        fits = ", ".join(str(b) for b in BLOCK_SIZES if n % b == 0) or "none"
         raise QuantConfigError(f"block_size {block_size} does not divide the weight's "
-                               f"in_features {n}: use a block size that does ({fits})")
+                               f"in_features {n}: {block_fix(n)}")
     return w.reshape(out, n // block_size, block_size)
 
 

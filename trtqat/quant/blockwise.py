@@ -28,7 +28,7 @@ from trtqat.errors import QuantConfigError, QuantizerStateError
 from trtqat.formats import BLOCK_SIZES
 from trtqat.quant import export_mode
 from trtqat.quant._fused import scale_of
-from trtqat.quant.block_amax import BlockCalibrator, block_amax, blocks_of
+from trtqat.quant.block_amax import BlockCalibrator, block_amax, block_fix, blocks_of
 from trtqat.quant.descriptor import QuantDescriptor
 from trtqat.quant.functional import _FakeQuant, _FakeQuantLearnable, onnx_exporting
 from trtqat.quant.model_ops import name_quantizers, quantizers
@@ -141,11 +141,6 @@ def _weight_quantizers(model: nn.Module):
                 yield name, module, attr, q
 
 
-def _divisors(n: int) -> str:
-    fits = [str(b) for b in BLOCK_SIZES if n % b == 0]
-    return ", ".join(fits) if fits else "none"
-
-
 def int4_weight_quantizer(module: nn.Module, attr: str, block_size: int, name: str = ""
                           ) -> BlockQuantizer:
     """Give ``module``'s weight quantizer ``attr`` INT4 blocks of ``block_size``; returns it.
@@ -162,8 +157,7 @@ def int4_weight_quantizer(module: nn.Module, attr: str, block_size: int, name: s
     if w is not None and w.shape[1] % block_size:
         raise QuantConfigError(
             f"{label}: block_size {block_size} does not divide its in_features "
-            f"{w.shape[1]}: use a block size that does ({_divisors(int(w.shape[1]))}) or "
-            f"leave the layer float (skip_layers)")
+            f"{w.shape[1]}: {block_fix(int(w.shape[1]))}")
     old = getattr(module, attr)
     q = BlockQuantizer(block_size)
     q._name = old._name
@@ -193,7 +187,8 @@ def _int4_embeddings(model: nn.Module, block_size: int) -> int:
         if dim % block_size:
             raise QuantConfigError(
                 f"{name}: block_size {block_size} does not divide its embedding_dim {dim}: "
-                f"use a block size that does ({_divisors(dim)}) or leave embeddings float")
+                "leave the embedding tables float (embeddings=False)"
+                + ("" if dim % 32 else " or use block_size 32"))
         module.__class__ = Int4Embedding
         module._weight_quantizer = BlockQuantizer(block_size)
         count += 1
