@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{hist['loss'][-1]:.5f}", flush=True)
 
     if not args.no_export:
-        folder = tempfile.mkdtemp(prefix="int4_minilm_")
+        tmp = tempfile.TemporaryDirectory(prefix="int4_minilm_")
+        folder = tmp.name
         exporter = EncoderExporter(student, tok, sentences=held[:32])
         for variant in ("fp16", "int4-fp16", "int4"):
             path = os.path.join(folder, f"minilm-{variant}.onnx")
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         for variant in ("int4-fp16", "int4"):
             out[f"fp16_over_{variant}"] = out["fp16_bytes"] / out[f"{variant}_bytes"]
             print(f"fp16 file / {variant} file: {out[f'fp16_over_{variant}']:.2f}x")
+        tmp.cleanup()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
