@@ -25,6 +25,9 @@ Tolerances (measured where the row says so; see :mod:`trtqat.export.validate` an
   lowest sentence 0.9967 (a last-bit difference can flip a code and some sentences amplify
   it); int8-fp16 measured mean 0.974 to 0.996, lowest 0.956 (fp16 arithmetic before each
   QuantizeLinear flips many codes).
+* int4 and int4-fp16 (weight-only): the file dequantizes exactly the PyTorch model's
+  fake-quantized weights, so they are checked as fp32 and fp16 are; measured on
+  all-MiniLM-L6-v2 block 32 (benchmarks/int4_minilm.py): see the README's int4 section.
 """
 
 from __future__ import annotations
@@ -68,10 +71,12 @@ TABLE: tuple[OnnxVariant, ...] = (
                 (8.0, 1.0), 0.999, 0.98, "fp8"),
     OnnxVariant("fp8-fp16", "fp8 E4M3 Q/DQ, float16 elsewhere (opset 19)", False, True, 19,
                 None, (16.0, 2.0), 0.965, 0.94, "fp8"),
+    # int4: the file's weights are the PyTorch model's bit for bit (code x scale), activations
+    # float: the fp32/fp16 checks apply (relative difference, cosine), see the notes above
     OnnxVariant("int4", "int4 block-wise weights, float32 activations (W4A32, opset 21)", False,
-                False, 21, None, (8.0, 1.0), 0.999, 0.98, "int4"),
+                False, 21, 1e-4, None, 0.999, 0.999, "int4"),
     OnnxVariant("int4-fp16", "int4 block-wise weights, float16 activations (W4A16, opset 21)",
-                False, True, 21, None, (16.0, 2.0), 0.965, 0.94, "int4"),
+                False, True, 21, 1e-2, None, 0.99, 0.99, "int4"),
 )
 BY_NAME = {v.name: v for v in TABLE}
 ALIASES = {"int8+fp16": "int8-fp16"}  # older spelling of the mixed variant, still accepted

@@ -184,17 +184,20 @@ class HalfFloor(NoiseFloor):
 # against PyTorch in float64). |ORT - PT32| <= |ORT - PT64| + |PT32 - PT64|: a margin of 4
 # lets ORT's kernels, which block their float32 sums differently, round up to 3x as far.
 FP32_FLOOR_MARGIN = 4.0
+# variants checked by a relative tolerance that compute in float32 (int4: float32 arithmetic
+# on the very weights of the PyTorch model, so only float32 rounding differs)
+FLOAT32_RUNS = frozenset(v.name for v in TABLE if v.rel_tol is not None and not v.fp16)
 
 
 def floor_margin(variant: str) -> float:
     """How many times PyTorch's own drift (:func:`half_floor`) a variant may drift."""
-    return FP32_FLOOR_MARGIN if variant == "fp32" else FLOOR_MARGIN
+    return FP32_FLOOR_MARGIN if variant in FLOAT32_RUNS else FLOOR_MARGIN
 
 
 def floor_dtype(variant: str) -> torch.dtype:
     """The float type :func:`half_floor` reruns PyTorch in for ``variant``: float64 for
-    fp32 (its own float32 error), float16 otherwise."""
-    return torch.float64 if variant == "fp32" else torch.float16
+    fp32 and int4 (their own float32 error), float16 otherwise."""
+    return torch.float64 if variant in FLOAT32_RUNS else torch.float16
 
 
 @torch.no_grad()

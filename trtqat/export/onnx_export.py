@@ -41,6 +41,7 @@ from trtqat.export.inputs import (
     named_inputs,
     validation_inputs,
 )
+from trtqat.export.int4_weights import check_int4_model, check_int4_opset, int4_initializers
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset, lowest_working_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
@@ -49,6 +50,7 @@ from trtqat.export.result import ExportResult, check_writable, refuse_foreign_on
 from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.outputs import flatten
 from trtqat.progress import progress as progress_of
+from trtqat.quant.blockwise import export_blocks
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.quant.own_forward import fold_effective_weights
 from trtqat.variants import MIN_OPSET, VARIANTS
@@ -127,16 +129,19 @@ def io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
 
 def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str = "float32",
                  min_codes: dict[str, int] | None = None,
-                 float32_ops: Sequence[str] = ()) -> onnx.ModelProto:
-    """A copy of a traced graph as ``variant``: int8 weight initializers, ``opset``, fp16
-    (``float32_ops`` kept float32), producer, ``trtqat.variant``/``trtqat.opset`` metadata and
-    graph name."""
+                 float32_ops: Sequence[str] = (), int4_blocks: list | None = None
+                 ) -> onnx.ModelProto:
+    """A copy of a traced graph as ``variant``: int8 weight initializers, ``opset``, int4
+    weights (``int4_blocks``, :mod:`trtqat.export.int4_weights`), fp16 (``float32_ops`` kept
+    float32), producer, ``trtqat.variant``/``trtqat.opset`` metadata and graph name."""
     row = variant_row(variant)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     if row.int8:
         quantize_weights(out, min_codes=min_codes)
     out = convert_opset(out, opset)
+    if row.format == "int4":
+        int4_initializers(out, int4_blocks or [])
     if row.fp16:
         out = convert_to_fp16(out, io_dtype, float32_ops)
     out.producer_name = "trtqat"
@@ -163,7 +168,7 @@ def check_args(variant: str, opset: int) -> None:
     if variant not in VARIANTS:
         raise ExportError(f"unknown variant {variant!r}: use one of {', '.join(VARIANTS)}")
     row = variant_row(variant)
-    if row.quantized and not row.int8:  # FP8 / INT4 export: issue 36, in progress
+    if row.format == "fp8":  # FP8 export: issue 36, in progress
         raise ExportError(f"the {variant} variant cannot be exported by this trtqat yet: "
                           "export int8, int8-fp16, fp32 or fp16")
     top = onnx.defs.onnx_opset_version()
@@ -172,6 +177,8 @@ def check_args(variant: str, opset: int) -> None:
     if not MIN_OPSET <= opset <= top:
         raise ExportError(f"--opset {opset} is out of range: per-channel Q/DQ needs >= "
                           f"{MIN_OPSET}, and this onnx knows up to {top}")
+    if row.format == "int4":
+        check_int4_opset(variant, opset)
 
 
 class Exporter:
@@ -275,14 +282,17 @@ class Exporter:
         refuse_foreign_onnx(path)  # trtqat replaces only its own exports
         check_writable(path.parent)
         int8 = variant_row(variant).int8
+        quantized = check_int4_model(self.model, variant)  # int8 or int4: the Q/DQ graph
         opset = target_opset(variant, opset)
-        base, reference = self._graph(int8)
+        base, reference = self._graph(quantized)
         if self.plan.clip_fp16 and variant_row(variant).fp16:
             base = clip_to_fp16_range(base)
         min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
+        blocks = (export_blocks(self._traced[True]) if variant_row(variant).format == "int4"
+                  else None)
         model, opset, raised = lowest_working_opset(
             lambda o: finish_model(base, variant, o, io_dtype, min_codes,
-                                   self.plan.float32_ops), opset)
+                                   self.plan.float32_ops, blocks), opset)
         props = dict(self.plan.metadata)
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             props["trtqat.skip_layers"] = ",".join(self.skip_layers)
@@ -298,7 +308,7 @@ class Exporter:
                   result: ExportResult) -> None:
         session = val.ort_session(tmp)
         int8 = variant_row(variant).int8
-        refs = self._reference(int8, reference)
+        refs = self._reference(variant_row(variant).quantized, reference)
         batches = self._validation_batches()
         gots, wants = [], []
         for (batch, n, _), ref in progress_of(zip(batches, refs), total=len(batches),

@@ -9,6 +9,7 @@ from torch import nn
 
 from trtqat.export.calibrated import refuse_uncalibrated
 from trtqat.export.errors import ExportError
+from trtqat.quant.blockwise import fold_block_weights
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.reparam import training_form
 from trtqat.quant.tensor_quantizer import TensorQuantizer
@@ -88,6 +89,7 @@ def prepare(model: nn.Module, int8: bool) -> nn.Module:
     if int8:
         check_quantizers(ref)
         as_deployed(ref)
+        fold_block_weights(ref)  # INT4 weights: their fake-quantized values (int4 variants)
     else:
         for m in ref.modules():
             if isinstance(m, TensorQuantizer):
@@ -101,8 +103,10 @@ def skipped_layers(model: nn.Module) -> tuple[str, ...]:
     explicit = getattr(model, "trtqat_skip_layers", None)
     if explicit is not None:
         return tuple(explicit)
-    names = [n for n, q in quantizers(model) if q.disabled]
-    if len(names) == sum(1 for _ in quantizers(model)):
+    names = [n for n, q in quantizers(model)
+             if q.disabled and not getattr(q, "_format_off", False)]  # int4's activations
+    if len(names) == sum(1 for _, q in quantizers(model)
+                         if not getattr(q, "_format_off", False)):
         return ()  # nothing quantized (a float model): nothing left out on purpose
     owners = [n.rsplit(".", 1)[0] if n.endswith(("._input_quantizer", "._weight_quantizer"))
               else n for n in names]

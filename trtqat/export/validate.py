@@ -232,7 +232,7 @@ def _output_check(variant: str, name: str, s: _Stats, floor: crit.NoiseFloor | N
         margin = crit.floor_margin(variant)
         if hf is not None and margin * hf.max_rel > tol:
             tol = margin * hf.max_rel
-            what = "float32 error" if variant == "fp32" else "float16 drift"
+            what = "float32 error" if variant in crit.FLOAT32_RUNS else "float16 drift"
             why = f": {margin:g}x PyTorch's own {what} {hf.max_rel:.2e}"
         return Check(f"output '{name}' vs PyTorch", rel <= tol,
                      f"max rel diff {rel:.2e} (<= {tol:.1e}{why}), max abs diff "

@@ -120,6 +120,9 @@ class QuantConfig:
         if self.block_size not in BLOCK_SIZES:
             raise QuantConfigError(f"QuantConfig.block_size must be one of "
                                    f"{', '.join(map(str, BLOCK_SIZES))}, got {self.block_size!r}")
+        if self.format == "int4" and self.method not in (None, "max", "mse"):
+            raise QuantConfigError(f"QuantConfig.method {self.method!r} is a histogram method "
+                                   "for activations; format int4 (weights only) takes max or mse")
         if self.method is not None:
             from trtqat.quant.calib.registry import methods
 

@@ -32,6 +32,7 @@ from torch import nn
 from trtqat.errors import QuantizerStateError
 from trtqat.families.encoder.minilm import DEFAULT_MAX_LENGTH, batches, tokenize
 from trtqat.progress import progress as progress_of
+from trtqat.quant.blockwise import is_block
 from trtqat.quant.calib.registry import methods
 from trtqat.quant.model_ops import collect_stats, compute_amax, quantizers
 from trtqat.quant.plugins.transformer import quantize_transformer
@@ -317,8 +318,8 @@ def qat_encoder(student: nn.Module, teacher: nn.Module, tokenizer, sentences: Se
     _check_calibrated(student)
     if cfg.learn_amax:
         for _, q in quantizers(student):
-            if not q.disabled and not q.learn_amax and q.axis is None:
-                q.init_learn_amax()
+            if not q.disabled and not q.learn_amax and (q.axis is None or is_block(q)):
+                q.init_learn_amax()  # per-tensor activations; int4 weights' block amax
         tie_qkv_input_ranges(student)
     teacher.eval()
     for p in teacher.parameters():
