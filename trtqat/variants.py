@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MIN_OPSET = 13  # per-channel Q/DQ
+DEFAULT_OPSET = 17  # when no opset is asked for (raised to a variant's min_opset)
 
 
 @dataclass(frozen=True)

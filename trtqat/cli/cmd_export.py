@@ -30,10 +30,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = O.command(subparsers, "export", SUMMARY, DESCRIPTION)
     O.add_checkpoint(p, required=True, help="a .pt of train/calibrate/qat, or its run folder")
     p.add_argument("--variant", default="all", choices=VARIANT_CHOICES,
-                   help="int8 variants need a calibrated (ptq) or qat checkpoint")
+                   help="quantized variants (int8*, fp8*) need a calibrated (ptq) or qat "
+                   "checkpoint of that format; all: the float variants and the "
+                   "checkpoint's format's")
     O.add_out(p, "export", "output folder", metavar=None)
-    p.add_argument("--opset", type=positive_int, default=17,
-                   help="ONNX opset, >= 13 (int8-fp16 uses >= 19 for fp16 scales)")
+    p.add_argument("--opset", type=positive_int, default=None,
+                   help="ONNX opset, >= 13 (default 17; int8-fp16 uses >= 19 for fp16 "
+                   "scales; fp8 variants need >= 19, their default)")
+    p.add_argument("--fp8-weights", choices=["compressed", "qdq"], default="compressed",
+                   help="fp8 variants: FP8 weight initializers read by DequantizeLinear, 1 "
+                   "byte per weight (compressed, default), or float weights with Q/DQ (qdq)")
     p.add_argument("--batch", type=_batch, default=None, metavar="dynamic|N",
                    help="dynamic batch dimension (default) or a fixed batch N")
     p.add_argument("--dynamic", type=O.csv, default=None, metavar="AXES",

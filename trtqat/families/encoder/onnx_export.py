@@ -151,7 +151,7 @@ def EncoderExporter(model: nn.Module, tokenizer, *, sentences: Sequence[str] | N
 
 
 def export_encoder(model: nn.Module, tokenizer, path: str | os.PathLike, variant: str = "int8",
-                   *, opset: int = 17, sentences: Sequence[str] | None = None,
+                   *, opset: int | None = None, sentences: Sequence[str] | None = None,
                    validate: bool = True, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
                    metadata: dict[str, str] | None = None) -> ExportResult:
     """Export a :class:`SentenceEncoder` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16).
