@@ -25,6 +25,14 @@ Tolerances (measured where the row says so; see :mod:`trtqat.export.validate` an
   lowest sentence 0.9967 (a last-bit difference can flip a code and some sentences amplify
   it); int8-fp16 measured mean 0.974 to 0.996, lowest 0.956 (fp16 arithmetic before each
   QuantizeLinear flips many codes).
+* fp8 and fp8-fp16 (E4M3 Q/DQ): the INT8 rows' ``mean_limit``, measured to hold
+  (``benchmarks/fp8_export.py``: digits-trained ResNet18, MobileNetV2 and vit_tiny pass
+  with top-1 agreement 100%, 99.7%, 100% in fp8). MiniLM fp8 (max PTQ, 64 held-out
+  sentences) measured cosine mean 0.99900, lowest sentence 0.99818: exactly PyTorch's own
+  float64-vs-float32 difference of the same model (0.99895), as E4M3's codes are dense
+  near zero and more of them sit on a rounding tie than INT8's; so ``min_mean_cosine``
+  0.998, ``min_cosine`` 0.99. fp8-fp16 measured mean 0.9976, lowest 0.9965 and keeps
+  int8-fp16's limits.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ TABLE: tuple[OnnxVariant, ...] = (
     OnnxVariant("int8-fp16", "int8 Q/DQ, float16 elsewhere (fp16 scales: opset 19)", True,
                 True, 19, None, (16.0, 2.0), 0.965, 0.94, "int8"),
     OnnxVariant("fp8", "fp8 E4M3 Q/DQ, float32 elsewhere (opset 19)", False, False, 19, None,
-                (8.0, 1.0), 0.999, 0.98, "fp8"),
+                (8.0, 1.0), 0.998, 0.99, "fp8"),
     OnnxVariant("fp8-fp16", "fp8 E4M3 Q/DQ, float16 elsewhere (opset 19)", False, True, 19,
                 None, (16.0, 2.0), 0.965, 0.94, "fp8"),
     OnnxVariant("int4", "int4 block-wise weights, float32 activations (W4A32, opset 21)", False,
