@@ -65,6 +65,12 @@ class OnnxVariant:
         """True for the variants exported from calibrated quantizers (any format)."""
         return self.format is not None
 
+    @property
+    def qdq(self) -> bool:
+        """True for the variants with Q/DQ on activations and weights (int8, fp8): checked by
+        the noise-floor criterion and the Q/DQ inventory."""
+        return self.format in ("int8", "fp8")
+
 
 TABLE: tuple[OnnxVariant, ...] = (
     OnnxVariant("fp32", "float32", False, False, MIN_OPSET, 1e-4, None, 0.999, 0.999),

@@ -51,7 +51,7 @@ def classifier_checks(variant: str, reference: Outputs, candidate: Outputs,
                       context: CheckContext) -> list[val.Check]:
     """Output, finiteness and top-1 lines (see :func:`trtqat.export.validate.compare`), plus
     the Q/DQ inventory for INT8 and FP8."""
-    int8 = variant_row(variant).format in ("int8", "fp8")  # Q/DQ of calibrated quantizers
+    int8 = variant_row(variant).qdq
     counted = context.counted or [True] * len(reference)
     pairs = [(list(c), list(r), k) for c, r, k in zip(candidate, reference, counted)]
     checks = val.compare(variant, pairs, context.names,

@@ -7,6 +7,7 @@ quantizers), and pytorch-quantization's idioms: ``quant_modules.enable_onnx_expo
 uncalibrated quantizer warns and exports the range of the traced input, as
 pytorch-quantization does (programs export before calibrating to find graph rules). Under the TorchScript exporter (``dynamo=False``) scales and
 zero-points are traced as constants (a Python float per tensor), so opsets 10-12 export too.
+FP8 E4M3 quantizers export only through :func:`enabled` (:func:`fp8_for_export`).
 """
 
 from __future__ import annotations
