@@ -14,6 +14,7 @@ import trtqat
 from trtqat.errors import TrtqatError
 from trtqat.export import ExportError
 from trtqat.export.validate import ort_session, run_ort
+from trtqat.quant.fp8 import fp8_scale
 from trtqat.quant.model_ops import quantizers
 from trtqat.quant.tensor_quantizer import TensorQuantizer
 
@@ -78,6 +79,13 @@ def test_fp8_qdq_are_bit_exact_with_pytorch(fp8_model, fp8_files):
     for h in hooks:
         h.remove()
     exact = ["0._input_quantizer", "0._weight_quantizer", "3._weight_quantizer"]
+    scales = {n: q.amax for n, q in quantizers(fp8_model)}
+    file = onnx.load(fp8_files["compressed"])
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in file.graph.initializer}
+    for node in file.graph.node:  # every scale is the float32 PyTorch divides by
+        if node.op_type == "DequantizeLinear":
+            want_scale = fp8_scale(scales[node.name.split("/")[0]]).reshape(-1).numpy()
+            np.testing.assert_array_equal(inits[node.input[1]].reshape(-1), want_scale)
     for key in ("compressed", "qdq"):
         got = _dq_outputs(fp8_files[key], x)
         for name in exact:
