@@ -199,10 +199,13 @@ def test_cli_exports_an_fp8_checkpoints_own_variants(tmp_path, monkeypatch, caps
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err
         assert not out.exists()
-    rc = main(base)
+    rc = main([*base, "--fp8-weights", "qdq"])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert sorted(p.name for p in out.glob("*.onnx")) == [
         "tiny-qat-fp16.onnx", "tiny-qat-fp32.onnx", "tiny-qat-fp8-fp16.onnx",
         "tiny-qat-fp8.onnx"]
     assert "FAIL" not in text and text.count("PASS  TensorRT Q/DQ lint") == 2
+    graph = onnx.load(str(out / "tiny-qat-fp8.onnx")).graph  # --fp8-weights qdq: float weights
+    inits = {t.name for t in graph.initializer}
+    assert any(n.op_type == "QuantizeLinear" and n.input[0] in inits for n in graph.node)
