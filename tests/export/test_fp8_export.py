@@ -209,3 +209,19 @@ def test_cli_exports_an_fp8_checkpoints_own_variants(tmp_path, monkeypatch, caps
     graph = onnx.load(str(out / "tiny-qat-fp8.onnx")).graph  # --fp8-weights qdq: float weights
     inits = {t.name for t in graph.initializer}
     assert any(n.op_type == "QuantizeLinear" and n.input[0] in inits for n in graph.node)
+
+
+def test_fp8_of_an_fp32_checkpoint_says_calibrate_with_format_fp8(tmp_path, capsys):
+    from trtqat.cli import main
+    from trtqat.runs.checkpoint import save_checkpoint
+
+    spec = {"arch": "resnet18", "num_classes": 10, "image_size": 16, "quantized": False,
+            "skip_layers": []}
+    ckpt = save_checkpoint(tmp_path / "fp32" / "best.pt",
+                           {"stage": "fp32", "model": spec, "state_dict": {}})
+    assert main(["export", "--checkpoint", str(ckpt), "--variant", "fp8", "--out",
+                 str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "no FP8 form: run `trtqat calibrate` (PTQ) or `trtqat qat` first with --format " \
+        "fp8" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()

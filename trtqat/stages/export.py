@@ -85,8 +85,16 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     from trtqat.variants import variant as variant_row
 
     ckpt = load_checkpoint(options.checkpoint)
+    spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
     fmt = of_checkpoint(ckpt)
     variants = expand_variants(options.variant, fmt)
+    asked = [variant_row(v).format for v in variants if variant_row(v).quantized]
+    if asked and not spec.get("quantized"):
+        with_format = f" with --format {asked[0]}" if asked[0] != "int8" else ""
+        raise ExportError(
+            f"{options.checkpoint} is a {stage} checkpoint without quantizer state, so it has "
+            f"no {asked[0].upper()} form: run `trtqat calibrate` (PTQ) or `trtqat qat` first"
+            f"{with_format}, or export --variant fp32/fp16")
     other = [v for v in variants if variant_row(v).format not in (None, fmt)]
     if other:
         raise ExportError(f"{options.checkpoint} is quantized in {fmt.upper()}, so it has no "
@@ -97,13 +105,7 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {options.checkpoint}",
                         "nothing exported; retrain it with a lower --lr")
     family = families.of_checkpoint(ckpt)
-    spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
-    int8 = any(variant_row(v).quantized for v in variants)
-    if int8 and not spec.get("quantized"):
-        raise ExportError(
-            f"{options.checkpoint} is a {stage} checkpoint without quantizer state, so it has "
-            f"no {fmt.upper()} form: run `trtqat calibrate` (PTQ) or `trtqat qat` first, or "
-            "export --variant fp32/fp16")
+    int8 = bool(asked)
     model = family.load(ckpt)
     if int8:
         refuse_uncalibrated(model)  # before any file is written
