@@ -1,4 +1,5 @@
-"""``trtqat export``: a checkpoint to checked ONNX variants (fp32, fp16, int8, int8-fp16)."""
+"""``trtqat export``: a checkpoint to checked ONNX variants (fp32, fp16, int8, int8-fp16,
+fp8, fp8-fp16)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from trtqat.cli import options as O
 from trtqat.cli.validate import BadValue, positive_int
 from trtqat.variants import CHOICES as VARIANT_CHOICES
 
-SUMMARY = "export ONNX variants (fp32, fp16, int8 Q/DQ, int8-fp16), each checked"
+SUMMARY = "export ONNX variants (fp32, fp16, int8/fp8 Q/DQ, int8-fp16, fp8-fp16), each checked"
 DESCRIPTION = ("Export a checkpoint to ONNX. In TensorRT 11 precision comes only from the "
-               "file: Q/DQ for INT8, fp16 tensors for FP16. Every file is checked "
+               "file: Q/DQ for INT8 and FP8, fp16 tensors for FP16. Every file is checked "
                "(onnx.checker, ONNX Runtime vs PyTorch, top-1 agreement on the validation "
-               "split, the Q/DQ lint for int8) before it is written; a failed check keeps no "
-               "file.")
+               "split, the Q/DQ lint for int8 and fp8) before it is written; a failed check "
+               "keeps no file.")
 
 
 def _batch(value: str) -> int | None:

@@ -154,7 +154,8 @@ def export_encoder(model: nn.Module, tokenizer, path: str | os.PathLike, variant
                    *, opset: int | None = None, sentences: Sequence[str] | None = None,
                    validate: bool = True, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
                    metadata: dict[str, str] | None = None) -> ExportResult:
-    """Export a :class:`SentenceEncoder` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16).
+    """Export a :class:`SentenceEncoder` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16,
+    fp8, fp8-fp16).
 
     Inputs ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes
     them), batch and sequence dynamic; output ``sentence_embedding``, batch dynamic. INT8
