@@ -45,8 +45,9 @@ class G:
         q = self.op("QuantizeLinear", [x, s, z], name=f"{name}/QuantizeLinear", **attrs)
         return self.op("DequantizeLinear", [q, s, z], name=f"{name}/DequantizeLinear", **attrs)
 
-    def weight(self, fmt: str = "fp8", per_channel: bool = True) -> str:
-        shape, n = (8, 4, 3, 3), 8 if per_channel else 1
+    def weight(self, fmt: str = "fp8", per_channel: bool = True,
+               shape: tuple[int, ...] = (32, 32, 3, 3)) -> str:
+        n = shape[0] if per_channel else 1
         w = self.name()
         codes = np.random.default_rng(0).integers(0, 0x70, int(np.prod(shape)), np.uint8)
         if fmt == "fp8":
@@ -58,8 +59,9 @@ class G:
         return self.op("DequantizeLinear", [w, scale, self.zero(fmt, n, per_channel)],
                        name="w/DequantizeLinear", axis=0)
 
-    def conv(self, x: str = "x", fmt: str = "fp8", per_channel: bool = True) -> str:
-        return self.op("Conv", [self.qdq(x, fmt), self.weight(fmt, per_channel)],
+    def conv(self, x: str = "x", fmt: str = "fp8", per_channel: bool = True,
+             shape: tuple[int, ...] = (32, 32, 3, 3)) -> str:
+        return self.op("Conv", [self.qdq(x, fmt), self.weight(fmt, per_channel, shape)],
                        name="conv/Conv", pads=[1, 1, 1, 1])
 
     def model(self, out: str) -> onnx.ModelProto:
@@ -95,16 +97,22 @@ def test_an_fp8_conv_with_residual_and_per_tensor_weights_is_clean():
     ("int8-into-sigmoid", ("no-int8-form", "error")),
     ("mixed", ("mixed-formats", "warning")),
     ("fp8-per-channel-activation", ("activation-per-channel", "error")),
+    ("fp8-rgb-stem", ("fp8-small-conv", "warning")),
+    ("int8-rgb-stem", set()),
 ])
 def test_fp8_rules(case, finding):
     """An FP8 Q/DQ before an op TensorRT runs in float is a warning (an INT8 one keeps its
-    INT8 rule); INT8 and FP8 in one file warn; FP8 activations are per tensor."""
+    INT8 rule); INT8 and FP8 in one file warn; FP8 activations are per tensor; an FP8 RGB
+    stem convolution warns."""
     g = G()
-    fmt, _, what = case.partition("-into-")
+    fmt, _, what = case.partition("-")
+    what = what.removeprefix("into-")
     if what == "pool":
         out = g.op("GlobalAveragePool", [g.qdq("x", fmt)])
     elif what == "sigmoid":
         out = g.op("Sigmoid", [g.qdq("x", fmt)])
+    elif what == "rgb-stem":  # 3 input channels: no FP8 kernel worth it (INT8: fine)
+        out = g.conv(fmt=fmt, shape=(32, 3, 3, 3))
     elif case == "mixed":
         out = g.op("Relu", [g.op("Add", [g.conv(), g.qdq("x", "int8", name="skip")])])
     else:
@@ -114,4 +122,4 @@ def test_fp8_rules(case, finding):
 
 
 def test_fp8_rules_are_documented():
-    assert {"no-fp8-form", "mixed-formats"} <= set(RULES)
+    assert {"no-fp8-form", "mixed-formats", "fp8-small-conv"} <= set(RULES)

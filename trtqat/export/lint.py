@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from trtqat.export import lint_fp8
 from trtqat.export._graph import GraphIndex, attr, opset_version
 from trtqat.export.errors import LintError
-from trtqat.export.lint_fp8 import check_fp8_users, check_mixed_formats, is_fp8, zero_point_kind
 from trtqat.export.lint_report import RULES, Finding, LintReport, format_report
 from trtqat.export.lint_scales import DATA_MOVEMENT as _DATA_MOVEMENT
 from trtqat.export.lint_scales import all_equal, consumer_scales, distinct, readers, scales_of
@@ -131,6 +131,8 @@ class _Linter:
                 self._check_qdq(node)
             if node.op_type in WEIGHTED:
                 self._check_weighted(node)
+            if node.op_type == "Conv":
+                lint_fp8.check_fp8_conv(self, node)
             elif node.op_type == "Add":
                 self._check_add(node)
             elif node.op_type == "Concat":
@@ -138,7 +140,7 @@ class _Linter:
             elif node.op_type == "MaxPool":
                 self._check_maxpool(node)
         self._check_shared_tensors()
-        check_mixed_formats(self)
+        lint_fp8.check_mixed_formats(self)
         return LintReport(self.findings, source)
 
     # -------------------------------------------------------------- helpers
@@ -207,7 +209,7 @@ class _Linter:
             self.add("zero-point", "error", node, "zero-point is not a constant")
         else:
             zp = self.g.constant(node.input[2])
-            if zp is not None and zp.dtype != np.int8 and not is_fp8(zp):
+            if zp is not None and zp.dtype != np.int8 and not lint_fp8.is_fp8(zp):
                 self.add("zero-point", "error", node, f"zero-point is {zp.dtype}, not int8 "
                          "(TensorRT quantizes symmetrically to int8)")
             elif zp is not None and np.any(zp != 0):
@@ -228,8 +230,8 @@ class _Linter:
         if not weight and not self.g.produced_by(node.input[0], "QuantizeLinear"):
             self.add("unpaired-qdq", "error", node, "input comes neither from a "
                      "QuantizeLinear nor from an int8 initializer")
-        if not weight and zero_point_kind(self, node) == "fp8":
-            check_fp8_users(self, node, _layer_of(node.name))
+        if not weight and lint_fp8.zero_point_kind(self, node) == "fp8":
+            lint_fp8.check_fp8_users(self, node, _layer_of(node.name))
         elif not weight:
             for user in self._float_users(node.output[0]):
                 layer = _layer_of(node.name)
@@ -300,7 +302,7 @@ class _Linter:
         if scale is None or shape is None:
             return
         if scale.size == 1:  # one output channel: per tensor is per channel
-            if zero_point_kind(self, w_dq) == "fp8":
+            if lint_fp8.zero_point_kind(self, w_dq) == "fp8":
                 return  # FP8 weights per tensor are common (ModelOpt's default), not a finding
             if len(shape) > 1 and shape[self._expected_axis(node, len(shape), w_idx)] > 1:
                 self.add("per-tensor-weight", "warning", w_dq, f"weight of {node.name} is "

@@ -11,7 +11,10 @@ data movement (Reshape, Transpose, Slice, Concat, MaxPool, ...). Everything else
 that averages, normalization, Softmax, GELU, element-wise math) runs in FP16/FP32: an FP8
 Q/DQ in front of it only adds a rounding, so it is worth a warning (``no-fp8-form``), not an
 error. Activation scales are per tensor (the INT8 rule ``activation-per-channel`` applies),
-and one file should hold one format (``mixed-formats``).
+and one file should hold one format (``mixed-formats``). A convolution with 16 or fewer
+input or output channels (an RGB stem) has no FP8 kernel worth it: TensorRT 10.2 found no
+FP8 implementation of ResNet's first convolution (NVIDIA/TensorRT issue 3987) and ModelOpt
+leaves convolutions with <= 16 channels out of FP8 (``fp8-small-conv``, a warning).
 """
 
 from __future__ import annotations
@@ -54,6 +57,31 @@ def check_fp8_users(linter, dq: onnx.NodeProto, layer: str) -> None:
                    f"{dq.name or 'a DequantizeLinear'} but TensorRT runs it in FP16/FP32, so "
                    f"the Q/DQ only adds a rounding; leave layer '{layer}' in float "
                    f"(--skip-layers {layer})")
+
+
+SMALL_CONV_CHANNELS = 16  # ModelOpt's threshold: <= 16 input or output channels stay float
+
+
+def check_fp8_conv(linter, node: onnx.NodeProto) -> None:
+    """Warn on an FP8 Conv with <= :data:`SMALL_CONV_CHANNELS` input or output channels."""
+    dq = linter._dq(node.input[1]) if len(node.input) > 1 else None
+    if dq is None or zero_point_kind(linter, dq) != "fp8":
+        return
+    shape = linter._weight_shape(dq)
+    if shape is None or len(shape) < 3:
+        return
+    groups = int(next((a.i for a in node.attribute if a.name == "group"), 1))
+    c_in, c_out = shape[1] * groups, shape[0]
+    if min(c_in, c_out) <= SMALL_CONV_CHANNELS:
+        layer = _layer(node.name)
+        linter.add("fp8-small-conv", "warning", node, f"FP8 Conv with {c_in} input and "
+                   f"{c_out} output channels: TensorRT's FP8 convolution kernels want more "
+                   f"than {SMALL_CONV_CHANNELS}, so it runs slower than in FP16; leave layer "
+                   f"'{layer}' in float (--skip-layers {layer})")
+
+
+def _layer(name: str) -> str:
+    return name.split("/")[0] if "/" in name else name
 
 
 def check_mixed_formats(linter) -> None:

@@ -25,6 +25,7 @@ RULES = {
     "no-int8-form": "a quantized tensor feeds an op with no INT8 form in TensorRT",
     "no-fp8-form": "an FP8 Q/DQ feeds an op TensorRT runs in FP16/FP32, not FP8",
     "mixed-formats": "the file holds both INT8 and FP8 zero points (one format per file)",
+    "fp8-small-conv": "an FP8 Conv has <= 16 input or output channels (slower than FP16)",
 }
 
 
