@@ -28,6 +28,14 @@ Tolerances (measured where the row says so; see :mod:`trtqat.export.validate` an
 * int4 and int4-fp16 (weight-only): the file dequantizes exactly the PyTorch model's
   fake-quantized weights, so they are checked as fp32 and fp16 are; measured on
   all-MiniLM-L6-v2 block 32 (benchmarks/int4_minilm.py): see the README's int4 section.
+* fp8 and fp8-fp16 (E4M3 Q/DQ): the INT8 rows' ``mean_limit``, measured to hold
+  (``benchmarks/fp8_export.py``: digits-trained ResNet18, MobileNetV2 and vit_tiny pass
+  with top-1 agreement 100%, 99.7%, 100% in fp8). MiniLM fp8 (max PTQ, 64 held-out
+  sentences) measured cosine mean 0.99900, lowest sentence 0.99818: exactly PyTorch's own
+  float64-vs-float32 difference of the same model (0.99895), as E4M3's codes are dense
+  near zero and more of them sit on a rounding tie than INT8's; so ``min_mean_cosine``
+  0.998, ``min_cosine`` 0.99. fp8-fp16 measured mean 0.9976, lowest 0.9965 and keeps
+  int8-fp16's limits.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MIN_OPSET = 13  # per-channel Q/DQ
+DEFAULT_OPSET = 17  # when no opset is asked for (raised to a variant's min_opset)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,12 @@ class OnnxVariant:
         """True for the variants exported from calibrated quantizers (any format)."""
         return self.format is not None
 
+    @property
+    def qdq(self) -> bool:
+        """True for the variants with Q/DQ on activations and weights (int8, fp8): checked by
+        the noise-floor criterion and the Q/DQ inventory."""
+        return self.format in ("int8", "fp8")
+
 
 TABLE: tuple[OnnxVariant, ...] = (
     OnnxVariant("fp32", "float32", False, False, MIN_OPSET, 1e-4, None, 0.999, 0.999),
@@ -68,7 +83,7 @@ TABLE: tuple[OnnxVariant, ...] = (
     OnnxVariant("int8-fp16", "int8 Q/DQ, float16 elsewhere (fp16 scales: opset 19)", True,
                 True, 19, None, (16.0, 2.0), 0.965, 0.94, "int8"),
     OnnxVariant("fp8", "fp8 E4M3 Q/DQ, float32 elsewhere (opset 19)", False, False, 19, None,
-                (8.0, 1.0), 0.999, 0.98, "fp8"),
+                (8.0, 1.0), 0.998, 0.99, "fp8"),
     OnnxVariant("fp8-fp16", "fp8 E4M3 Q/DQ, float16 elsewhere (opset 19)", False, True, 19,
                 None, (16.0, 2.0), 0.965, 0.94, "fp8"),
     # int4: the file's weights are the PyTorch model's bit for bit (code x scale), activations

@@ -1,4 +1,5 @@
-"""``trtqat export``: a checkpoint to checked ONNX variants (fp32, fp16, int8, int8-fp16)."""
+"""``trtqat export``: a checkpoint to checked ONNX variants (fp32, fp16, int8, int8-fp16,
+fp8, fp8-fp16)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from trtqat.cli import options as O
 from trtqat.cli.validate import BadValue, positive_int
 from trtqat.variants import CHOICES as VARIANT_CHOICES
 
-SUMMARY = "export ONNX variants (fp32, fp16, int8 Q/DQ, int8-fp16), each checked"
+SUMMARY = "export ONNX variants (fp32, fp16, int8/fp8 Q/DQ, int8-fp16, fp8-fp16), each checked"
 DESCRIPTION = ("Export a checkpoint to ONNX. In TensorRT 11 precision comes only from the "
-               "file: Q/DQ for INT8, fp16 tensors for FP16. Every file is checked "
+               "file: Q/DQ for INT8 and FP8, fp16 tensors for FP16. Every file is checked "
                "(onnx.checker, ONNX Runtime vs PyTorch, top-1 agreement on the validation "
-               "split, the Q/DQ lint for int8) before it is written; a failed check keeps no "
-               "file.")
+               "split, the Q/DQ lint for int8 and fp8) before it is written; a failed check "
+               "keeps no file.")
 
 
 def _batch(value: str) -> int | None:
@@ -30,10 +31,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = O.command(subparsers, "export", SUMMARY, DESCRIPTION)
     O.add_checkpoint(p, required=True, help="a .pt of train/calibrate/qat, or its run folder")
     p.add_argument("--variant", default="all", choices=VARIANT_CHOICES,
-                   help="int8 variants need a calibrated (ptq) or qat checkpoint")
+                   help="quantized variants (int8*, fp8*) need a calibrated (ptq) or qat "
+                   "checkpoint of that format; all: the float variants and the "
+                   "checkpoint's format's")
     O.add_out(p, "export", "output folder", metavar=None)
-    p.add_argument("--opset", type=positive_int, default=17,
-                   help="ONNX opset, >= 13 (int8-fp16 uses >= 19 for fp16 scales)")
+    p.add_argument("--opset", type=positive_int, default=None,
+                   help="ONNX opset, >= 13 (default 17; int8-fp16 uses >= 19 for fp16 "
+                   "scales; fp8 variants need >= 19, their default)")
+    p.add_argument("--fp8-weights", choices=["compressed", "qdq"], default="compressed",
+                   help="fp8 variants: FP8 weight initializers read by DequantizeLinear, 1 "
+                   "byte per weight (compressed, default), or float weights with Q/DQ (qdq)")
     p.add_argument("--batch", type=_batch, default=None, metavar="dynamic|N",
                    help="dynamic batch dimension (default) or a fixed batch N")
     p.add_argument("--dynamic", type=O.csv, default=None, metavar="AXES",

@@ -1,8 +1,8 @@
 """The two export criteria a family picks from: classifier outputs and embeddings.
 
 * :func:`classifier_checks`: every output against PyTorch (relative error for float
-  variants, the noise-floor criterion of :mod:`trtqat.export.criterion` for INT8), top-1
-  agreement on the validation data, and the Q/DQ inventory of INT8 files.
+  variants, the noise-floor criterion of :mod:`trtqat.export.criterion` for INT8 and FP8),
+  top-1 agreement on the validation data, and the Q/DQ inventory of INT8 and FP8 files.
 * :func:`embedding_checks`: the cosine of ONNX Runtime's embeddings with PyTorch's: the mean
   over sentences must reach the variants table's ``min_mean_cosine`` and every sentence its
   ``min_cosine`` (so one broken row, e.g. a padded one, cannot hide behind the mean).
@@ -50,8 +50,8 @@ class CheckContext:
 def classifier_checks(variant: str, reference: Outputs, candidate: Outputs,
                       context: CheckContext) -> list[val.Check]:
     """Output, finiteness and top-1 lines (see :func:`trtqat.export.validate.compare`), plus
-    the Q/DQ inventory for INT8."""
-    int8 = variant_row(variant).int8
+    the Q/DQ inventory for INT8 and FP8."""
+    int8 = variant_row(variant).qdq
     counted = context.counted or [True] * len(reference)
     pairs = [(list(c), list(r), k) for c, r, k in zip(candidate, reference, counted)]
     checks = val.compare(variant, pairs, context.names,
@@ -78,7 +78,8 @@ def fidelity_check(variant: str, name: str, pairs: Sequence[tuple[np.ndarray, np
     """One line: max abs diff and the mean/min cosine of ORT vs PyTorch embeddings (the mean
     must reach :data:`MIN_MEAN_COSINE`, every row, a sentence or a token (``unit``),
     :data:`MIN_COSINE`); ``shapes``: each batch's ``axes``."""
-    title = f"output '{name}' vs PyTorch" + (" fake-quant" if variant_row(variant).int8 else "")
+    title = f"output '{name}' vs PyTorch" + (" fake-quant" if variant_row(variant).quantized
+                                             else "")
     for (got, ref), shape in zip(pairs, shapes):
         if got.shape != ref.shape:
             return val.Check(title, False, f"shape {got.shape} from ONNX Runtime, {ref.shape} "

@@ -104,15 +104,6 @@ def int4_initializers(model: onnx.ModelProto,
     return len(new_nodes)
 
 
-def check_int4_opset(variant: str, opset: int, default: int = 17) -> None:
-    """An int4 variant asked at an opset below 21 (other than the default, which is raised
-    silently) is a one-line :class:`ExportError` naming the fix."""
-    if opset < INT4_OPSET and opset != default:
-        raise ExportError(f"--opset {opset} is too low for the {variant} variant: "
-                          f"DequantizeLinear with INT4 blocks needs opset >= {INT4_OPSET}; "
-                          f"use --opset {INT4_OPSET} (or leave --opset out)")
-
-
 def check_int4_model(model, variant: str) -> bool:
     """Whether ``variant`` exports ``model``'s quantizers (int8 or int4: the Q/DQ graph);
     an int4 variant of a model without INT4 weights, or an int8 variant of one with them,

@@ -1,8 +1,9 @@
-"""TensorRT Q/DQ placement lint: will this ONNX file build into a fully INT8 engine?
+"""TensorRT Q/DQ placement lint: will this ONNX file build into a fully INT8 (or FP8) engine?
 
 Each rule has an id; errors break INT8 execution (or the build), warnings cost speed
 (extra reformats, layers left in FP16/FP32). See ``RULES`` (in
-:mod:`trtqat.export.lint_report`, with the report classes) for the list.
+:mod:`trtqat.export.lint_report`, with the report classes) for the list. Q/DQ with FP8 E4M3
+zero points follow the FP8 rules of :mod:`trtqat.export.lint_fp8`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from trtqat.export import lint_fp8
 from trtqat.export._graph import GraphIndex, attr, opset_version
 from trtqat.export.errors import LintError
 from trtqat.export.lint_report import RULES, Finding, LintReport, format_report
@@ -129,6 +131,8 @@ class _Linter:
                 self._check_qdq(node)
             if node.op_type in WEIGHTED:
                 self._check_weighted(node)
+            if node.op_type == "Conv":
+                lint_fp8.check_fp8_conv(self, node)
             elif node.op_type == "Add":
                 self._check_add(node)
             elif node.op_type == "Concat":
@@ -136,6 +140,7 @@ class _Linter:
             elif node.op_type == "MaxPool":
                 self._check_maxpool(node)
         self._check_shared_tensors()
+        lint_fp8.check_mixed_formats(self)
         return LintReport(self.findings, source)
 
     # -------------------------------------------------------------- helpers
@@ -204,7 +209,7 @@ class _Linter:
             self.add("zero-point", "error", node, "zero-point is not a constant")
         else:
             zp = self.g.constant(node.input[2])
-            if zp is not None and zp.dtype != np.int8:
+            if zp is not None and zp.dtype != np.int8 and not lint_fp8.is_fp8(zp):
                 self.add("zero-point", "error", node, f"zero-point is {zp.dtype}, not int8 "
                          "(TensorRT quantizes symmetrically to int8)")
             elif zp is not None and np.any(zp != 0):
@@ -225,7 +230,9 @@ class _Linter:
         if not weight and not self.g.produced_by(node.input[0], "QuantizeLinear"):
             self.add("unpaired-qdq", "error", node, "input comes neither from a "
                      "QuantizeLinear nor from an int8 initializer")
-        if not weight:
+        if not weight and lint_fp8.zero_point_kind(self, node) == "fp8":
+            lint_fp8.check_fp8_users(self, node, _layer_of(node.name))
+        elif not weight:
             for user in self._float_users(node.output[0]):
                 layer = _layer_of(node.name)
                 self.add("no-int8-form", "error", user, f"{user.op_type} takes the "
@@ -295,6 +302,8 @@ class _Linter:
         if scale is None or shape is None:
             return
         if scale.size == 1:  # one output channel: per tensor is per channel
+            if lint_fp8.zero_point_kind(self, w_dq) == "fp8":
+                return  # FP8 weights per tensor are common (ModelOpt's default), not a finding
             if len(shape) > 1 and shape[self._expected_axis(node, len(shape), w_idx)] > 1:
                 self.add("per-tensor-weight", "warning", w_dq, f"weight of {node.name} is "
                          "quantized per tensor; per output channel is more accurate")

@@ -14,7 +14,7 @@ RULES = {
     "float-layer": "a Conv/Gemm/MatMul has no DQ at all and runs in float",
     "weight-axis": "weight scales are not per output channel on the right axis",
     "per-tensor-weight": "weight scale is per tensor (per channel is more accurate)",
-    "zero-point": "a Q/DQ zero-point is missing, not int8, or not 0",
+    "zero-point": "a Q/DQ zero-point is missing, not int8 (or FP8 E4M3), or not 0",
     "scale": "a Q/DQ scale is not a constant initializer, or not positive and finite",
     "activation-per-channel": "an activation Q/DQ is not per tensor",
     "unpaired-qdq": "a QuantizeLinear output does not go only into DequantizeLinear",
@@ -23,6 +23,9 @@ RULES = {
     "shared-tensor-scales": "one tensor is quantized with different scales (TensorRT reformats)",
     "maxpool-scales": "Q/DQ around a MaxPool have different scales",
     "no-int8-form": "a quantized tensor feeds an op with no INT8 form in TensorRT",
+    "no-fp8-form": "an FP8 Q/DQ feeds an op TensorRT runs in FP16/FP32, not FP8",
+    "mixed-formats": "the file holds both INT8 and FP8 zero points (one format per file)",
+    "fp8-small-conv": "an FP8 Conv has <= 16 input or output channels (slower than FP16)",
 }
 
 

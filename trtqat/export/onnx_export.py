@@ -1,11 +1,11 @@
-"""``export_onnx``: a PyTorch model to a checked FP32 / FP16 / INT8 Q/DQ / INT8-FP16 ONNX file.
+"""``export_onnx``: a PyTorch model to a checked FP32 / FP16 / INT8 or FP8 Q/DQ ONNX file.
 
 One exporter for every model family: an :class:`ExportPlan` says what differs (example
 inputs and names, dynamic shapes, validation batches, the checks: top-1 and noise floor
 for classifiers, cosine for embeddings; see :mod:`trtqat.export.checks`). Each file is
 written to a temporary name in the target folder, checked (onnx.checker, shape inference,
-ONNX Runtime against PyTorch, the Q/DQ lint for INT8) and only then renamed; a failed check
-leaves no file.
+ONNX Runtime against PyTorch, the Q/DQ lint for INT8 and FP8) and only then renamed; a failed
+check leaves no file. FP8 E4M3 Q/DQ: see :mod:`trtqat.export.fp8_qdq`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,14 @@ from trtqat.export._torch_export import (
     torch_to_onnx,
 )
 from trtqat.export.checks import CheckContext, classifier_checks
-from trtqat.export.errors import ExportError
 from trtqat.export.float_fallback import fallback_note, layers_without_int8_form
 from trtqat.export.fold_bn import fold_batchnorm
+from trtqat.export.fp8_qdq import (
+    DEFAULT_FP8_WEIGHTS,
+    check_fp8_weights,
+    check_variant_format,
+    to_fp8_qdq,
+)
 from trtqat.export.fp16 import check_io_dtype, clip_to_fp16_range, convert_to_fp16
 from trtqat.export.inputs import (
     as_inputs,
@@ -41,19 +46,19 @@ from trtqat.export.inputs import (
     named_inputs,
     validation_inputs,
 )
-from trtqat.export.int4_weights import check_int4_model, check_int4_opset, int4_initializers
+from trtqat.export.int4_weights import check_int4_model, int4_initializers
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset, lowest_working_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
 from trtqat.export.qdq_weights import quantize_weights
 from trtqat.export.result import ExportResult, check_writable, refuse_foreign_onnx, write_checked
+from trtqat.export.variant_args import check_args, target_opset
 from trtqat.finite import check_finite_arrays, model_tensors
 from trtqat.outputs import flatten
 from trtqat.progress import progress as progress_of
 from trtqat.quant.blockwise import export_blocks
 from trtqat.quant.model_ops import disable_layers, quantizers
 from trtqat.quant.own_forward import fold_effective_weights
-from trtqat.variants import MIN_OPSET, VARIANTS
 from trtqat.variants import variant as variant_row
 
 log = logging.getLogger(__name__)
@@ -129,11 +134,12 @@ def io_names(n_in: int, n_out: int) -> tuple[list[str], list[str]]:
 
 def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str = "float32",
                  min_codes: dict[str, int] | None = None,
-                 float32_ops: Sequence[str] = (), int4_blocks: list | None = None
-                 ) -> onnx.ModelProto:
-    """A copy of a traced graph as ``variant``: int8 weight initializers, ``opset``, int4
-    weights (``int4_blocks``, :mod:`trtqat.export.int4_weights`), fp16 (``float32_ops`` kept
-    float32), producer, ``trtqat.variant``/``trtqat.opset`` metadata and graph name."""
+                 float32_ops: Sequence[str] = (), int4_blocks: list | None = None,
+                 fp8_weights: str = DEFAULT_FP8_WEIGHTS) -> onnx.ModelProto:
+    """A copy of a traced graph as ``variant``: int8 weight initializers (FP8: E4M3 Q/DQ,
+    weights as ``fp8_weights`` says; INT4: weights from ``int4_blocks``,
+    :mod:`trtqat.export.int4_weights`), ``opset``, fp16 (``float32_ops`` kept float32),
+    producer, ``trtqat.variant``/``trtqat.opset`` metadata and graph name."""
     row = variant_row(variant)
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -142,6 +148,8 @@ def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str
     out = convert_opset(out, opset)
     if row.format == "int4":
         int4_initializers(out, int4_blocks or [])
+    if row.format == "fp8":
+        to_fp8_qdq(out, fp8_weights)
     if row.fp16:
         out = convert_to_fp16(out, io_dtype, float32_ops)
     out.producer_name = "trtqat"
@@ -154,37 +162,11 @@ def finish_model(model: onnx.ModelProto, variant: str, opset: int, io_dtype: str
 
 
 # ------------------------------------------------------------------ writing
-def target_opset(variant: str, opset: int) -> int:
-    """``opset``, raised to the variant's minimum (int8-fp16: fp16 Q/DQ scales need 19)."""
-    low = variant_row(variant).min_opset
-    if opset < low:
-        log.info("%s uses opset %d, not %d", variant, low, opset)
-        return low
-    return opset
-
-
-def check_args(variant: str, opset: int) -> None:
-    """:class:`ExportError` for an unknown variant or an opset out of range."""
-    if variant not in VARIANTS:
-        raise ExportError(f"unknown variant {variant!r}: use one of {', '.join(VARIANTS)}")
-    row = variant_row(variant)
-    if row.format == "fp8":  # FP8 export: issue 36, in progress
-        raise ExportError(f"the {variant} variant cannot be exported by this trtqat yet: "
-                          "export int8, int8-fp16, fp32 or fp16")
-    top = onnx.defs.onnx_opset_version()
-    if isinstance(opset, bool) or not isinstance(opset, int):
-        raise ExportError(f"opset must be an int, got {opset!r} ({type(opset).__name__})")
-    if not MIN_OPSET <= opset <= top:
-        raise ExportError(f"--opset {opset} is out of range: per-channel Q/DQ needs >= "
-                          f"{MIN_OPSET}, and this onnx knows up to {top}")
-    if row.format == "int4":
-        check_int4_opset(variant, opset)
-
-
 class Exporter:
     """Exports one model to several variants, sharing the (slow) torch.export runs.
 
-    One float graph serves fp32 and fp16, one Q/DQ graph serves int8 and int8-fp16; the
+    One float graph serves fp32 and fp16, one Q/DQ graph serves the quantized variants of the
+    model's format (int8 and int8-fp16, or fp8 and fp8-fp16); the
     PyTorch reference outputs are computed once per graph too. ``example_inputs`` is an
     :class:`ExportPlan` (any family) or example image tensors (see :func:`image_plan`).
     """
@@ -271,28 +253,33 @@ class Exporter:
         """``arrays`` with each output the plan slices replaced by its slices."""
         return val.split_outputs(arrays, self._out_names, self.plan.output_slices)[1]
 
-    def export(self, path: str | os.PathLike, variant: str = "int8", opset: int = 17, *,
+    def export(self, path: str | os.PathLike, variant: str = "int8", opset: int | None = None,
+               *,
                io_dtype: str = "float32", validate: bool = True,
-               metadata: dict[str, str] | None = None) -> ExportResult:
+               metadata: dict[str, str] | None = None,
+               fp8_weights: str = DEFAULT_FP8_WEIGHTS) -> ExportResult:
         """Write one variant to ``path`` (checked first; see :func:`export_onnx`);
         ``metadata`` is added to the file's (next to ``trtqat.variant``, ...)."""
         check_args(variant, opset)
         check_io_dtype(io_dtype)
+        check_fp8_weights(fp8_weights)
+        check_variant_format(self.model, variant, variant_row(variant).format)
         path = Path(path)
         refuse_foreign_onnx(path)  # trtqat replaces only its own exports
         check_writable(path.parent)
-        int8 = variant_row(variant).int8
-        quantized = check_int4_model(self.model, variant)  # int8 or int4: the Q/DQ graph
+        quantized = check_int4_model(self.model, variant)  # any format: the Q/DQ graph
+        int8 = quantized
         opset = target_opset(variant, opset)
         base, reference = self._graph(quantized)
         if self.plan.clip_fp16 and variant_row(variant).fp16:
             base = clip_to_fp16_range(base)
-        min_codes = {n: q.minbound for n, q in quantizers(self._traced[int8])} if int8 else None
+        min_codes = ({n: q.minbound for n, q in quantizers(self._traced[int8])}
+                     if variant_row(variant).int8 else None)
         blocks = (export_blocks(self._traced[True]) if variant_row(variant).format == "int4"
                   else None)
         model, opset, raised = lowest_working_opset(
             lambda o: finish_model(base, variant, o, io_dtype, min_codes,
-                                   self.plan.float32_ops, blocks), opset)
+                                   self.plan.float32_ops, blocks, fp8_weights), opset)
         props = dict(self.plan.metadata)
         if int8 and self.skip_layers:  # read by the lint: these layers are float on purpose
             props["trtqat.skip_layers"] = ",".join(self.skip_layers)
@@ -307,8 +294,8 @@ class Exporter:
     def _validate(self, tmp: str, variant: str, reference: nn.Module,
                   result: ExportResult) -> None:
         session = val.ort_session(tmp)
-        int8 = variant_row(variant).int8
-        refs = self._reference(variant_row(variant).quantized, reference)
+        int8 = variant_row(variant).quantized
+        refs = self._reference(int8, reference)
         batches = self._validation_batches()
         gots, wants = [], []
         for (batch, n, _), ref in progress_of(zip(batches, refs), total=len(batches),
@@ -339,14 +326,16 @@ class Exporter:
 
 
 def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
-                variant: str = "int8", opset: int = 17, dynamic_batch: bool = True, *,
+                variant: str = "int8", opset: int | None = None, dynamic_batch: bool = True,
+                *,
                 io_dtype: str = "float32", fold_bn: bool = True, validate: bool = True,
                 validation_data: Iterable | None = None,
                 dynamic_axes: Iterable[str] | None = None,
                 metadata: dict[str, str] | None = None,
-                output_slices: dict[str, Sequence[tuple[str, int, int, int]]] | None = None
-                ) -> ExportResult:
-    """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16) to ``path``.
+                output_slices: dict[str, Sequence[tuple[str, int, int, int]]] | None = None,
+                fp8_weights: str = DEFAULT_FP8_WEIGHTS) -> ExportResult:
+    """Export ``model`` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16, fp8, fp8-fp16)
+    to ``path``.
 
     The exporter itself, with the classifier checks unless ``example_inputs`` is a plan;
     ``trtqat.export_onnx`` adds what the model's family needs (its plan and checks).
@@ -369,7 +358,7 @@ def export_onnx(model: nn.Module, example_inputs: Any, path: str | os.PathLike,
         exporter.plan.output_slices = {k: tuple(tuple(p) for p in v)
                                        for k, v in output_slices.items()}
     return exporter.export(path, variant, opset, io_dtype=io_dtype, validate=validate,
-                           metadata=metadata)
+                           metadata=metadata, fp8_weights=fp8_weights)
 
 
 __all__ = ["EXPORT_OPSET", "ExportPlan", "ExportResult", "Exporter", "as_deployed", "as_inputs",

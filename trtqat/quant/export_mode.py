@@ -7,6 +7,7 @@ quantizers), and pytorch-quantization's idioms: ``quant_modules.enable_onnx_expo
 uncalibrated quantizer warns and exports the range of the traced input, as
 pytorch-quantization does (programs export before calibrating to find graph rules). Under the TorchScript exporter (``dynamo=False``) scales and
 zero-points are traced as constants (a Python float per tensor), so opsets 10-12 export too.
+FP8 E4M3 quantizers export only through :func:`enabled` (:func:`fp8_for_export`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from trtqat.errors import QuantizerStateError
 from trtqat.quant._fused import scale_of
 from trtqat.quant.descriptor import axis_tuple
+from trtqat.quant.fp8 import fp8_scale
 
 DYNAMIC_RANGE_WARNING = (
     "trtqat: exporting a quantizer that has no amax (never calibrated): its scale is the range "
@@ -99,8 +101,12 @@ def quantize_for_export(quantizer: Any, x: torch.Tensor, amax: torch.Tensor, qmi
 def fake_quant_for_export(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
                           axis: tuple[int, ...] | None) -> torch.Tensor:
     """Fake-quantize with torch's ``fake_quantize_per_{tensor,channel}_affine`` ops."""
-    scale = scale_of(amax, qmax)
-    qmin, qmax = onnx_bounds(qmin, qmax)
+    return _fake_quant_ops(x, scale_of(amax, qmax), *onnx_bounds(qmin, qmax), axis)
+
+
+def _fake_quant_ops(x: torch.Tensor, scale: torch.Tensor, qmin: int, qmax: int,
+                    axis: tuple[int, ...] | None) -> torch.Tensor:
+    """torch's fake-quantize op of ``x`` with ``scale`` (one value: per tensor)."""
     if torch.jit.is_tracing():  # the TorchScript exporter: scales are constants of the trace
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -129,6 +135,25 @@ def _per_channel(x: torch.Tensor, scale: torch.Tensor, axis: tuple[int, ...] | N
 
 
 def fp8_for_export(quantizer: Any, x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
-    """An FP8 E4M3 TensorQuantizer's forward while exporting (issue 36: in progress)."""
-    raise QuantizerStateError(f"{quantizer._label()}: FP8 E4M3 quantizers cannot be exported "
-                              "by this trtqat yet; export with num_bits=8")
+    """An FP8 E4M3 TensorQuantizer's forward while exporting (trtqat's own export only).
+
+    Emits torch's int8 fake-quantize op with the FP8 scale (:func:`trtqat.quant.fp8.
+    fp8_scale`, the exact float32 the PyTorch model divides by) as a placeholder: the
+    exporter's post-pass (:mod:`trtqat.export.fp8_qdq`) gives every Q/DQ of the traced graph
+    an FLOAT8E4M3FN zero point. A plain ``torch.onnx.export`` has no such pass and would
+    write INT8 Q/DQ, so it is refused.
+    """
+    if not (active() and strict()):
+        raise QuantizerStateError(
+            f"{quantizer._label()}: an FP8 quantizer exports only through trtqat "
+            "(trtqat.export_onnx or `trtqat export --variant fp8`); a plain "
+            "torch.onnx.export would write INT8 Q/DQ")
+    if quantizer._amax is None and "clip" not in quantizer._modules:
+        raise QuantizerStateError(
+            f"{quantizer._label()}: has no amax (it was never calibrated), so it would "
+            "bake one batch's range into the ONNX file; calibrate or load amax first")
+    try:
+        return _fake_quant_ops(x, fp8_scale(amax.detach()), -128, 127,
+                               axis_tuple(quantizer._axis))
+    except QuantizerStateError as exc:
+        raise quantizer._named(exc) from None

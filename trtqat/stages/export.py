@@ -30,7 +30,7 @@ class ExportOptions:
     checkpoint: str = ""
     variant: str = "all"
     out: str = "export"
-    opset: int = 17
+    opset: int | None = None          # None: 17, raised to what a variant needs
     batch: int | None = None            # images: a fixed batch (None: dynamic)
     dynamic: tuple[str, ...] | None = None  # images: of batch, height, width
     image_size: Any = None              # images
@@ -44,6 +44,7 @@ class ExportOptions:
     input_names: tuple[str, ...] = ()   # ONNX names (default: the family's or the model's)
     output_names: tuple[str, ...] = ()
     nms: bool = False                   # detectors: also write a file with box decoding + NMS
+    fp8_weights: str = "compressed"     # fp8 variants: FP8 weight initializers, or qdq (float)
     threads: int | None = None          # CPU threads (trtqat.threads; None: the defaults)
 
 
@@ -73,25 +74,38 @@ def export_checkpoint(options: ExportOptions, echo: Callable[[str], None] = prin
     from trtqat.export.calibrated import refuse_uncalibrated
     from trtqat.export.onnx_export import Exporter
     from trtqat.export.result import check_writable
+    from trtqat.export.variant_args import check_args
     from trtqat.finite import check_finite_arrays
     from trtqat.threads import apply_threads
 
     apply_threads(options.threads)
+    from trtqat.formats import of_checkpoint
     from trtqat.runs.checkpoint import load_checkpoint
-    from trtqat.variants import INT8_VARIANTS, artifact_name, expand_variants, stage_tag
+    from trtqat.variants import artifact_name, expand_variants, stage_tag, variants_for
+    from trtqat.variants import variant as variant_row
 
-    variants = expand_variants(options.variant)
     ckpt = load_checkpoint(options.checkpoint)
+    spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
+    fmt = of_checkpoint(ckpt)
+    variants = expand_variants(options.variant, fmt)
+    asked = [variant_row(v).format for v in variants if variant_row(v).quantized]
+    if asked and not spec.get("quantized"):
+        with_format = f" with --format {asked[0]}" if asked[0] != "int8" else ""
+        raise ExportError(
+            f"{options.checkpoint} is a {stage} checkpoint without quantizer state, so it has "
+            f"no {asked[0].upper()} form: run `trtqat calibrate` (PTQ) or `trtqat qat` first"
+            f"{with_format}, or export --variant fp32/fp16")
+    other = [v for v in variants if variant_row(v).format not in (None, fmt)]
+    if other:
+        raise ExportError(f"{options.checkpoint} is quantized in {fmt.upper()}, so it has no "
+                          f"{other[0]} variant: use --variant {', '.join(variants_for(fmt))} "
+                          "or all")
+    for name in variants:  # an opset too low for one of them: before any file or folder
+        check_args(name, options.opset)
     check_finite_arrays(ckpt["state_dict"].items(), f"checkpoint {options.checkpoint}",
                         "nothing exported; retrain it with a lower --lr")
     family = families.of_checkpoint(ckpt)
-    spec, stage = ckpt["model"], str(ckpt.get("stage", "fp32"))
-    int8 = any(v in INT8_VARIANTS for v in variants)
-    if int8 and not spec.get("quantized"):
-        raise ExportError(
-            f"{options.checkpoint} is a {stage} checkpoint without quantizer state, so it has "
-            "no INT8 form: run `trtqat calibrate` (PTQ) or `trtqat qat` first, or export "
-            "--variant fp32/fp16")
+    int8 = bool(asked)
     model = family.load(ckpt)
     if int8:
         refuse_uncalibrated(model)  # before any file is written
@@ -151,7 +165,8 @@ def _export_one(exporter, path: Path, variant: str, options: ExportOptions, job:
 
     try:
         return exporter.export(path, variant, options.opset, io_dtype=job.io_dtype,
-                               validate=options.validate, metadata=job.metadata), True
+                               validate=options.validate, metadata=job.metadata,
+                               fp8_weights=options.fp8_weights), True
     except ValidationError as exc:
         return exc.result, False
 

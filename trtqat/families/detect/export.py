@@ -185,7 +185,7 @@ def detection_checks(variant: str, reference: Sequence[Sequence[np.ndarray]],
     within the variants table's relative tolerance, INT8 within the noise-floor criterion
     of its own step; the kept detections matched; the Q/DQ inventory of INT8 files."""
     head = head or Head()
-    int8 = variant_row(variant).int8
+    int8 = variant_row(variant).qdq  # INT8 or FP8 Q/DQ
     for i, name in enumerate(context.names):
         if any(c[i].shape != r[i].shape for c, r in zip(candidate, reference)):
             return [val.Check(f"output '{name}'", False, "shape differs between ONNX Runtime "

@@ -79,7 +79,7 @@ def token_checks(variant: str, reference: Any, candidate: Any, context: CheckCon
             check = val.Check(check.name, False, f"{bad} non-finite value(s) from ONNX Runtime "
                               f"(padding tokens included); {check.detail}")
         checks.append(check)
-    if variant_row(variant).int8 and context.traced is not None and context.onnx_path:
+    if variant_row(variant).qdq and context.traced is not None and context.onnx_path:
         from trtqat.export.qdq_check import check_qdq_inventory
 
         checks.append(check_qdq_inventory(onnx.load(context.onnx_path), context.traced,

@@ -151,10 +151,11 @@ def EncoderExporter(model: nn.Module, tokenizer, *, sentences: Sequence[str] | N
 
 
 def export_encoder(model: nn.Module, tokenizer, path: str | os.PathLike, variant: str = "int8",
-                   *, opset: int = 17, sentences: Sequence[str] | None = None,
+                   *, opset: int | None = None, sentences: Sequence[str] | None = None,
                    validate: bool = True, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
                    metadata: dict[str, str] | None = None) -> ExportResult:
-    """Export a :class:`SentenceEncoder` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16).
+    """Export a :class:`SentenceEncoder` as one ONNX ``variant`` (fp32, fp16, int8, int8-fp16,
+    fp8, fp8-fp16).
 
     Inputs ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the tokenizer makes
     them), batch and sequence dynamic; output ``sentence_embedding``, batch dynamic. INT8
