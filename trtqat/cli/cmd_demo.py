@@ -7,7 +7,6 @@ import argparse
 from trtqat.cli import options as O
 from trtqat.cli import validate as V
 from trtqat.engines.registry import default_backend
-from trtqat.formats import FORMATS
 from trtqat.stages.demo_models import DEMO_MODELS, DEMO_RUNS
 
 
@@ -29,11 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "Transformer); or a detector: yolo_digits (digits composited onto canvases, COCO "
                 f"mAP) (default: {','.join(DEMO_MODELS)})")
     O.add_data(p, "digits", "digits, synthetic or an ImageFolder path", metavar=None)
-    p.add_argument("--format", dest="formats", default="int8", metavar="FORMATS",
-                   help="quantized formats to calibrate and QAT-train, separated by commas: "
-                   f"{', '.join(FORMATS)} (e.g. fp8,int8 puts FP8 PTQ and QAT rows beside "
-                   "INT8's; fp8 is for Hopper/Ada/Blackwell GPUs, emulated by ONNX Runtime on "
-                   "the CPU; int4 quantizes Linear weights only) (default: int8)")
+    O.add_format(p, demo=True)
     O.add_image_size(p, None, "input resolution: N (square) or HxW, at least 8 (default: "
                      "the family's, 32 for classifiers, 96 for detectors)")
     O.add_epochs(p, None, "FP32 training epochs (default: the family's recipe, 15 for CNNs, "

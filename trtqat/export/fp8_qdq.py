@@ -46,19 +46,23 @@ def check_fp8_weights(value: object) -> str:
 
 
 def quantizer_format(model: nn.Module) -> str | None:
-    """``"fp8"`` or ``"int8"``: the format of ``model``'s active quantizers (None: none).
+    """``"int8"``, ``"fp8"`` or ``"int4"``: the format of ``model``'s active quantizers
+    (None: none).
 
-    A model holding both is an :class:`ExportError`: one file holds one format."""
+    A model holding two is an :class:`ExportError`: one file holds one format."""
+    from trtqat.quant.blockwise import is_block
+
     kinds: dict[str, str] = {}
     for name, q in quantizers(model):
         if q.disabled or not q._if_quant:
             continue
-        kinds.setdefault("fp8" if q.num_bits == E4M3 else "int8", name)
+        kind = "fp8" if q.num_bits == E4M3 else "int4" if is_block(q) else "int8"
+        kinds.setdefault(kind, name)
     if len(kinds) > 1:
-        raise ExportError(f"the model mixes INT8 ('{kinds['int8']}') and FP8 E4M3 "
-                          f"('{kinds['fp8']}') quantizers, which one ONNX file cannot hold "
-                          "(mixed formats are not supported): quantize it again with one "
-                          "format (--format int8 or --format fp8)")
+        found = " and ".join(f"{k.upper()} ('{n}')" for k, n in kinds.items())
+        raise ExportError(f"the model mixes {found} quantizers, which one ONNX file cannot "
+                          "hold (mixed formats are not supported): quantize it again with one "
+                          "format (--format int8, fp8 or int4)")
     return next(iter(kinds), None)
 
 

@@ -102,18 +102,3 @@ def int4_initializers(model: onnx.ModelProto,
     del graph.node[:]
     graph.node.extend(new_nodes + kept)
     return len(new_nodes)
-
-
-def check_int4_model(model, variant: str) -> bool:
-    """Whether ``variant`` exports ``model``'s quantizers (int8 or int4: the Q/DQ graph);
-    an int4 variant of a model without INT4 weights, or an int8 variant of one with them,
-    is a one-line :class:`ExportError` naming the variants it has."""
-    from trtqat.quant.blockwise import has_int4
-    from trtqat.variants import variant as variant_row
-
-    row = variant_row(variant)
-    if row.quantized and (row.format == "int4") != has_int4(model):
-        have = "int4, int4-fp16" if has_int4(model) else "int8, int8-fp16"
-        raise ExportError(f"the {variant} variant needs a model quantized with format "
-                          f"{row.format}, and this one is not: export fp32, fp16 or {have}")
-    return row.quantized

@@ -46,7 +46,7 @@ from trtqat.export.inputs import (
     named_inputs,
     validation_inputs,
 )
-from trtqat.export.int4_weights import check_int4_model, int4_initializers
+from trtqat.export.int4_weights import int4_initializers
 from trtqat.export.lint import lint_model
 from trtqat.export.opset import convert_opset, lowest_working_opset
 from trtqat.export.prepare import as_deployed, check_quantizers, prepare, skipped_layers
@@ -267,8 +267,7 @@ class Exporter:
         path = Path(path)
         refuse_foreign_onnx(path)  # trtqat replaces only its own exports
         check_writable(path.parent)
-        quantized = check_int4_model(self.model, variant)  # any format: the Q/DQ graph
-        int8 = quantized
+        quantized = int8 = variant_row(variant).quantized  # any format: the Q/DQ graph
         opset = target_opset(variant, opset)
         base, reference = self._graph(quantized)
         if self.plan.clip_fp16 and variant_row(variant).fp16:
@@ -294,8 +293,8 @@ class Exporter:
     def _validate(self, tmp: str, variant: str, reference: nn.Module,
                   result: ExportResult) -> None:
         session = val.ort_session(tmp)
-        int8 = variant_row(variant).quantized
-        refs = self._reference(int8, reference)
+        int8 = variant_row(variant).qdq  # Q/DQ on activations: its checks and the lint
+        refs = self._reference(variant_row(variant).quantized, reference)
         batches = self._validation_batches()
         gots, wants = [], []
         for (batch, n, _), ref in progress_of(zip(batches, refs), total=len(batches),
