@@ -182,21 +182,19 @@ def add_format(g: Group, qat: bool = False, demo: bool = False) -> None:
     """``--format {int8,fp8,int4}`` and ``--block-size {32,64,128}`` (``trtqat.formats``);
     ``demo``: ``--format`` takes several, separated by commas (``fp8,int8``), no block size."""
     from trtqat.formats import BLOCK_SIZES, DEFAULT, FORMATS
-    from trtqat.runs.format_options import block_size_help, format_help
+    from trtqat.runs.format_options import INT4_EMBEDDINGS_HELP, block_size_help, format_help
 
     if demo:
         g.add_argument("--format", dest="formats", default=DEFAULT, metavar="FORMATS",
-                       help="quantized formats to calibrate and QAT-train, separated by "
-                       f"commas: {', '.join(FORMATS)} (e.g. fp8,int8 puts FP8 PTQ and QAT rows "
-                       "beside INT8's; fp8 is for Hopper/Ada/Blackwell GPUs, emulated by ONNX "
-                       "Runtime on the CPU; int4 quantizes Linear weights only) (default: "
-                       f"{DEFAULT})")
+                       help=format_help(demo=True))
         return
 
     g.add_argument("--format", choices=FORMATS, default=None if qat else DEFAULT,
                    help=format_help(qat).replace("%", "%%"))
     g.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=None,
                    help=block_size_help())
+    if not qat:
+        g.add_argument("--int4-embeddings", action="store_true", help=INT4_EMBEDDINGS_HELP)
 
 
 def add_max_length(g: Group, default: int | None, help: str) -> None:

@@ -32,26 +32,35 @@ def apply_spec_format(model: nn.Module, spec: dict[str, Any]) -> nn.Module:
 
     name, block_size = spec_format(spec)
     if name != "int8":
-        apply_format(model, name, block_size)
+        apply_format(model, name, block_size, bool(spec.get("int4_embeddings")))
     return model
 
 
-def record_format(spec: dict[str, Any], name: str, block_size: int | None = None
-                  ) -> dict[str, Any]:
-    """``spec`` (updated in place) saying ``name`` (and ``block_size`` for int4)."""
+def record_format(spec: dict[str, Any], name: str, block_size: int | None = None,
+                  embeddings: bool = False) -> dict[str, Any]:
+    """``spec`` (updated in place) saying ``name`` (and ``block_size`` for int4, and
+    ``int4_embeddings`` when its embedding tables are INT4 too)."""
     spec["format"] = name
+    spec.pop("int4_embeddings", None)
     if name == "int4":
         spec["block_size"] = int(block_size or DEFAULT_BLOCK_SIZE)
+        if embeddings:
+            spec["int4_embeddings"] = True
     else:
         spec.pop("block_size", None)
     return spec
 
 
-def with_format(ckpt: dict[str, Any], name: str, block_size: int | None = None
-                ) -> dict[str, Any]:
+def int4_tables(cfg: Any) -> bool:
+    """Whether a stage's options ask for INT4 embedding tables (``--int4-embeddings``)."""
+    return bool(getattr(cfg, "int4_embeddings", False))
+
+
+def with_format(ckpt: dict[str, Any], name: str, block_size: int | None = None,
+                embeddings: bool = False) -> dict[str, Any]:
     """A shallow copy of the FP32 checkpoint ``ckpt`` whose spec asks for ``name``: what
     ``family.load(..., quantized=True)`` builds the start of PTQ from."""
-    return {**ckpt, "model": record_format(dict(ckpt["model"]), name, block_size)}
+    return {**ckpt, "model": record_format(dict(ckpt["model"]), name, block_size, embeddings)}
 
 
 def check_qat_format(cfg: Any, spec: dict[str, Any], checkpoint: str) -> None:

@@ -72,7 +72,7 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     placement = place(model, cfg)
     if not any(True for _ in quantizers(model)):
         raise QuantConfigError(nothing_to_quantize(model, cfg))
-    apply_format(model, cfg.format, cfg.block_size)
+    apply_format(model, cfg.format, cfg.block_size, cfg.int4_embeddings)
     if example_inputs is not None:
         verify_placement(model, example_inputs, placement)
     marked = getattr(model, "trtqat_float_layers", None)

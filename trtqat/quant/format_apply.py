@@ -15,16 +15,18 @@ from trtqat.quant.descriptor import E4M3
 from trtqat.quant.model_ops import quantizers
 
 
-def apply_format(model: nn.Module, name: str, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+def apply_format(model: nn.Module, name: str, block_size: int = DEFAULT_BLOCK_SIZE,
+                 embeddings: bool = False) -> None:
     """Make ``model``'s quantizers ``name`` (a :data:`trtqat.formats.FORMATS` entry), in
-    place; before calibration (amax kept otherwise, as amax means the same range)."""
+    place; before calibration (amax kept otherwise, as amax means the same range).
+    ``embeddings``: int4 also makes the ``nn.Embedding`` tables INT4."""
     fmt(name)  # checked
     if name == "fp8":
         to_fp8(model)
     elif name == "int4":
         from trtqat.quant.blockwise import to_int4_weights
 
-        to_int4_weights(model, block_size)
+        to_int4_weights(model, block_size, embeddings)
 
 
 def to_fp8(model: nn.Module) -> None:

@@ -12,8 +12,20 @@ ENTROPY_FP8 = ("--method entropy (TensorRT's INT8 KL divergence over uniform lev
                "FP8 form: use --method max, percentile or mse with --format fp8")
 
 
-def format_help(qat: bool = False) -> str:
-    """The help of ``--format``: every format of the table, and its default."""
+INT4_EMBEDDINGS_HELP = (
+    "int4: the embedding tables too (blocks along the embedding dimension; a transformer's "
+    "file shrinks ~3x against fp16 only with them, as its word embeddings hold about half its "
+    "weights)")
+
+
+def format_help(qat: bool = False, demo: bool = False) -> str:
+    """The help of ``--format``: every format of the table, and its default (``demo``: the
+    demo's comma-separated list)."""
+    if demo:
+        return ("quantized formats to calibrate and QAT-train, separated by commas: "
+                f"{', '.join(FORMATS)} (e.g. fp8,int8 puts FP8 PTQ and QAT rows beside INT8's; "
+                "fp8 is for Hopper/Ada/Blackwell GPUs, emulated by ONNX Runtime on the CPU; "
+                f"int4 quantizes Linear weights only) (default: {DEFAULT})")
     rows = "; ".join(f"{f.name}: {f.label}" for f in TABLE)
     if qat:
         return f"quantized format ({rows}); default: the checkpoint's (QAT keeps it)"
@@ -39,5 +51,8 @@ def check_format_options(cfg: Any, qat: bool = False) -> None:
     if size is not None and not qat and name != "int4":
         raise ConfigError(f"--block-size goes with --format int4 (INT4 weight blocks), not "
                           f"{name or DEFAULT}: drop it")
+    if getattr(cfg, "int4_embeddings", False) and name != "int4":
+        raise ConfigError(f"--int4-embeddings goes with --format int4, not {name or DEFAULT}: "
+                          "drop it")
     if name == "fp8" and getattr(cfg, "method", None) == "entropy":
         raise ConfigError(ENTROPY_FP8)

@@ -55,6 +55,7 @@ class CalibrateConfig(R.ImageOptions, RunOptions):
     fp32_out: str | None = None
     format: str = "int8"  # trtqat.formats: int8, fp8, int4 (recorded in the checkpoint)
     block_size: int | None = None  # int4 only (None: trtqat.formats.DEFAULT_BLOCK_SIZE)
+    int4_embeddings: bool = False  # int4 only: the embedding tables too
 
     def __post_init__(self) -> None:
         self.checkpoint = str(self.checkpoint or "")

@@ -44,3 +44,32 @@ def test_encoder_qat_learns_the_int4_block_amax(tiny, sentences):
     moved = [k for k, v in student.state_dict().items()
              if not k.endswith("_amax") and not torch.allclose(v, weights[k], atol=1e-6)]
     assert not moved  # lr 1e-9: the ranges alone lowered the loss
+
+
+def test_int4_embedding_tables_are_recorded_and_rebuilt(tiny):
+    import pytest
+
+    from trtqat.errors import QuantConfigError
+    from trtqat.families.quant_format import apply_spec_format, record_format, with_format
+    from trtqat.quant.blockwise import Int4Embedding
+    from trtqat.quant.config import QuantConfig
+    from trtqat.runs.format_options import check_format_options
+    from trtqat.runs.recipes import ConfigError
+
+    teacher, _ = tiny
+    spec = record_format({}, "int4", 32, embeddings=True)
+    assert spec == {"format": "int4", "block_size": 32, "int4_embeddings": True}
+    assert "int4_embeddings" not in record_format(dict(spec), "fp8")  # only int4 has tables
+    ckpt = with_format({"model": {"arch": "m"}}, "int4", 64, embeddings=True)
+    assert ckpt["model"]["int4_embeddings"] and ckpt["model"]["block_size"] == 64
+    rebuilt = apply_spec_format(quantized_copy(teacher), spec)
+    tables = [m for m in rebuilt.modules() if isinstance(m, Int4Embedding)]
+    assert tables and all(isinstance(m, Int4Embedding) for m in rebuilt.modules()
+                          if isinstance(m, torch.nn.Embedding))
+    plain = apply_spec_format(quantized_copy(teacher), record_format({}, "int4", 32))
+    assert not any(isinstance(m, Int4Embedding) for m in plain.modules())
+    with pytest.raises(QuantConfigError, match="int4_embeddings goes with format 'int4'"):
+        QuantConfig(int4_embeddings=True)
+    with pytest.raises(ConfigError, match="--int4-embeddings goes with --format int4"):
+        check_format_options(type("C", (), {"format": "fp8", "block_size": None,
+                                            "int4_embeddings": True})())

@@ -18,6 +18,7 @@ from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.quant_format import (
     apply_spec_format,
     check_format_layers,
+    int4_tables,
     record_format,
     with_format,
 )
@@ -73,10 +74,11 @@ def calibrate_classifier(cfg: CalibrateConfig, family: Any, src: dict[str, Any] 
         prep = batches.info["prep"]  # an array's own size and channels
         R.check_array_size(cfg, data, prep.size)
         if src is not None:  # placed, made cfg.format, then the FP32 weights
-            model = family.load(with_format(src, cfg.format, cfg.block_size), quantized=True)
+            model = family.load(with_format(src, cfg.format, cfg.block_size,
+                                               int4_tables(cfg)), quantized=True)
         else:
             model, spec = _start_from_float(family, cfg, prep, batches.classes)
-        record_format(spec, cfg.format, cfg.block_size)
+        record_format(spec, cfg.format, cfg.block_size, int4_tables(cfg))
         spec.update(image_size=prep.image_size, preprocess=prep.to_dict(), family=family.name)
         which = cfg.metric_output or spec.get("metric_output")
         model.register_forward_hook(scoring(which))  # several outputs: the one scored
@@ -164,4 +166,5 @@ def _start_from_float(family: Any, cfg: CalibrateConfig, prep: Any,
     spec = {"arch": family.arch(cfg.model), "num_classes": classes, "quantized": True,
             "skip_layers": [], "source": info}
     family.quantize(model)
-    return apply_spec_format(model, record_format(spec, cfg.format, cfg.block_size)), spec
+    return apply_spec_format(model, record_format(spec, cfg.format, cfg.block_size,
+                                                    int4_tables(cfg))), spec

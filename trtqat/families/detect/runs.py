@@ -18,6 +18,7 @@ from trtqat.families.detect import loop
 from trtqat.families.quant_format import (
     apply_spec_format,
     check_format_layers,
+    int4_tables,
     record_format,
     with_format,
 )
@@ -156,7 +157,8 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
         batches = _data(family, cfg, "calib", data, size, batch_size)
         classes = batches.info["classes"]
         if src is not None:
-            model = family.load(with_format(src, cfg.format, cfg.block_size), quantized=True)
+            model = family.load(with_format(src, cfg.format, cfg.block_size,
+                                               int4_tables(cfg)), quantized=True)
             spec = dict(src["model"])
             if len(classes) > int(spec["num_classes"]):
                 raise CheckpointError(f"the data has {len(classes)} classes but the "
@@ -171,8 +173,9 @@ def calibrate_detector(cfg: CalibrateConfig, family: Any, src: dict[str, Any] | 
                 source.update(load_weights(model, cfg.model, cfg.weights))
             spec = _spec(family, cfg.model, model, classes, size, source)
             family.quantize(model)
-            apply_spec_format(model, record_format(spec, cfg.format, cfg.block_size))
-        record_format(spec, cfg.format, cfg.block_size)
+            apply_spec_format(model, record_format(spec, cfg.format, cfg.block_size,
+                                                    int4_tables(cfg)))
+        record_format(spec, cfg.format, cfg.block_size, int4_tables(cfg))
         if cfg.skip_layers:
             disable_layers(model, cfg.skip_layers)
         check_format_layers(model, cfg.format)

@@ -70,6 +70,7 @@ class CalibOptions:
     progress: bool = False
     format: str = "int8"  # trtqat.formats
     block_size: int | None = None  # int4's weight block
+    int4_embeddings: bool = False  # int4: the embedding tables too
 
     def __post_init__(self) -> None:
         check_positive(self, "num_sentences")
@@ -161,7 +162,8 @@ def calibrated_copy(model: nn.Module, tokenizer, sentences: Sequence[str],
     acc = accel or Accel(model_device(model))
     qmodel = quantized_copy(model, cfg.skip_layers)
     name = getattr(cfg, "format", "int8")
-    apply_spec_format(qmodel, record_format({}, name, getattr(cfg, "block_size", None)))
+    apply_spec_format(qmodel, record_format({}, name, getattr(cfg, "block_size", None),
+                                            getattr(cfg, "int4_embeddings", False)))
     check_format_layers(qmodel, name)
     with acc.autocast():
         collect_encoder_stats(qmodel, tokenizer, list(sentences)[:cfg.num_sentences],

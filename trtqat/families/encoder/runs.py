@@ -55,7 +55,7 @@ from trtqat.families.encoder.recipes import (
     calibrated_copy,
     qat_encoder,
 )
-from trtqat.families.quant_format import record_format
+from trtqat.families.quant_format import int4_tables, record_format
 from trtqat.families.types import StageResult
 from trtqat.runs import recipes as R
 from trtqat.runs.accel import Accel
@@ -246,7 +246,7 @@ def _calibrate_encoder_run(cfg: CalibrateConfig, family: Any, src: dict[str, Any
                    source=source, corpus=corpus_info)
     spec = encoder_spec(arch, quantized=True, max_length=cfg.max_length,
                         skip_layers=cfg.skip_layers, normalize=fp32.normalize)
-    record_format(spec, cfg.format, cfg.block_size)
+    record_format(spec, cfg.format, cfg.block_size, int4_tables(cfg))
     calib = {"method": cfg.method, "percentile": cfg.percentile,
              "num_sentences": cfg.num_sentences, "sentences_seen": used, "source": source}
     _write_run(out, args, [record], qmodel, stage="ptq", spec=spec, calib=calib,
