@@ -27,3 +27,19 @@ def test_saturates_and_keeps_zero_amax_finite():
     assert fake_e4m3(x, torch.tensor(1.0)).tolist()[:2] == [1.0, -1.0]  # 448 * (1 / 448)
     assert torch.isfinite(fp8_scale(torch.tensor(0.0)))
     assert fake_e4m3(torch.zeros(3), torch.tensor(0.0)).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_fp8_leaves_small_convs_and_average_pooling_float(caplog):
+    import torchvision
+
+    import trtqat
+    from trtqat.quant.model_ops import quantizers
+
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    with caplog.at_level("WARNING", logger="trtqat"):
+        trtqat.quantize(model, {"format": "fp8"})
+    off = {n for n, q in quantizers(model) if q.disabled}
+    assert {"conv1._input_quantizer", "conv1._weight_quantizer",
+            "avgpool._input_quantizer"} <= off  # 3 -> 64 channels, and the pool
+    assert not any(n.startswith(("layer1.", "fc.")) for n in off)
+    assert "NOTE fp8: 2 layer(s) stay float" in caplog.text and "conv1, avgpool" in caplog.text

@@ -66,7 +66,7 @@ def test_fp8_calibrates_with_max_percentile_mse_and_refuses_entropy():
     for method in ("max", "percentile", "mse"):
         model = trtqat.quantize(_cnn(), {"format": "fp8", "method": method},
                                 forward_loop=batches)
-        amax = [q.amax for _, q in quantizers(model)]
+        amax = [q.amax for _, q in quantizers(model) if not q.disabled]  # not the pool's
         assert all(a is not None and bool(torch.isfinite(a).all()) for a in amax), method
     with pytest.raises(QuantConfigError, match="no FP8 form.*max, percentile or mse") as exc:
         trtqat.quantize(_cnn(), {"format": "fp8", "method": "entropy"})
@@ -111,7 +111,8 @@ def test_fp8_qat_lowers_the_loss_and_keeps_amax_finite():
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0] * 0.9, losses
     assert model[0].weight.grad is not None and bool(model[0].weight.grad.abs().sum() > 0)
-    assert all(bool(torch.isfinite(q.amax).all()) for _, q in quantizers(model))
+    assert all(bool(torch.isfinite(q.amax).all()) for _, q in quantizers(model)
+               if not q.disabled)
 
 
 def test_learned_fp8_range_gets_a_gradient():
@@ -151,4 +152,4 @@ def test_fp8_slow_convolutions_get_a_note(caplog):
     caplog.clear()
     with caplog.at_level("WARNING", logger="trtqat"):
         trtqat.quantize(_cnn(), {"format": "fp8"})
-    assert not [r for r in caplog.records if "NOTE fp8" in r.getMessage()]
+    assert not [r for r in caplog.records if "fallback kernels" in r.getMessage()]

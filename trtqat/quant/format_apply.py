@@ -30,7 +30,12 @@ def apply_format(model: nn.Module, name: str, block_size: int = DEFAULT_BLOCK_SI
 
 
 def to_fp8(model: nn.Module) -> None:
-    """Every quantizer of ``model`` FP8 E4M3 (activations per tensor, weights as placed)."""
+    """Every quantizer of ``model`` FP8 E4M3 (activations per tensor, weights as placed);
+    small convolutions and average pooling stay float
+    (:func:`trtqat.quant.fp8_layers.keep_float_in_fp8`)."""
+    from trtqat.quant.fp8_layers import keep_float_in_fp8
+
     for _, q in quantizers(model):
         q.num_bits = E4M3  # any attribute set re-decides the quantizer's fast path
         q._unsigned = False
+    keep_float_in_fp8(model)

@@ -16,6 +16,12 @@ inputs of its GEMM-like layers. What TensorRT 10/11 runs in FP8, from its docume
 * TensorRT 10.6 release notes: per-channel scaling for FP8 GEMMs (Hopper); weights keep
   their per-output-channel scales (axis 0) in FP8, as in INT8.
 
+Left float by the fp8 format (:func:`keep_float_in_fp8`, a NOTE line): convolutions with at
+most 16 input or output channels (an RGB stem; ModelOpt's threshold, TensorRT issue 3987:
+no FP8 kernel beats FP16 there) and average pooling's input quantizer (TensorRT pools in
+FP16/FP32, so an FP8 Q/DQ there only adds a rounding): what the export's FP8 lint flags
+(``fp8-small-conv``, ``no-fp8-form``). Enable their quantizers to force FP8.
+
 Refused (:data:`NO_FP8`): transposed convolutions (TensorRT has no FP8 deconvolution
 kernels) and 3-D convolutions (its FP8 convolution kernels are 2-D; a 1-D convolution runs as
 a 2-D one). Recurrent layers are never quantized by trtqat. Not measured on a GPU here.
@@ -34,6 +40,7 @@ from trtqat.quant.model_ops import quantizers
 
 log = logging.getLogger(__name__)
 
+SMALL_CONV_CHANNELS = 16  # <= this many input or output channels: the conv stays float
 MAX_FP8_KERNEL = 32  # kernel elements of TensorRT's FP8 convolutions (a 7x7 falls back)
 # layer class names TensorRT cannot run in FP8, with what they are
 NO_FP8: dict[str, str] = {
@@ -97,3 +104,36 @@ def check_fp8_layers(model: nn.Module) -> None:
         f"format fp8: TensorRT has no FP8 kernels for {shown}{more}: keep them float with "
         f"skip_layers={names!r} (trtqat calibrate --skip-layers {','.join(names)}) or use "
         "format int8")
+
+
+def keep_float_in_fp8(model: nn.Module) -> list[str]:
+    """Disable the FP8 quantizers TensorRT would not use in FP8 (see the module doc): those
+    of convolutions with <= :data:`SMALL_CONV_CHANNELS` input or output channels, and the
+    input quantizer of average pooling; one NOTE line. Returns the layers left float. A model
+    whose convolutions are all small keeps them FP8 (nothing would be left to quantize)."""
+    from trtqat.quant.model_ops import quantizer_names
+
+    names, _ = quantizer_names(model)
+    convs = [m for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    is_small = [min(m.in_channels, m.out_channels) <= SMALL_CONV_CHANNELS for m in convs]
+    toy = all(is_small)  # only small convs (a toy model): FP8 as asked, or nothing would be
+    left = []
+    for name, module in model.named_modules():
+        small = (not toy and isinstance(module, nn.modules.conv._ConvNd)
+                 and min(module.in_channels, module.out_channels) <= SMALL_CONV_CHANNELS)
+        pool = "AvgPool" in type(module).__name__
+        if not (small or pool):
+            continue
+        own = [getattr(module, a, None) for a in ("_input_quantizer", "_weight_quantizer")]
+        # a quantizer shared with another layer (a Concat's scale) stays as it is
+        own = [q for q in own if q is not None and not q.disabled and len(names[id(q)]) == 1]
+        if own:
+            for q in own:
+                q.disable()
+            left.append(name)
+    if left:
+        log.warning("NOTE fp8: %d layer(s) stay float, as TensorRT runs them faster in FP16 "
+                    "(convolutions with <= %d channels, average pooling): %s",
+                    len(left), SMALL_CONV_CHANNELS, ", ".join(left[:4]) +
+                    (f" (+{len(left) - 4} more)" if len(left) > 4 else ""))
+    return left
