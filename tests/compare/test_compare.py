@@ -74,6 +74,9 @@ def test_every_number_was_measured(report):
     assert ok["ptq-max"]["derived"]["delta"] == pytest.approx(
         ok["ptq-max"]["metrics"]["top1"] - ok["fp32"]["metrics"]["top1"])
     assert ok["ptq-max"]["nodes"]["integer"] > 0  # the INT8 engine runs integer kernels
+    assert ok["fp32"]["metrics"]["agree_fp32"] == 100.0  # top-1 agreement with FP32's engine
+    assert 0.0 <= ok["ptq-max"]["metrics"]["agree_fp32"] <= 100.0
+    assert ok["ptq-max"]["onnx_mib"] < ok["fp32"]["onnx_mib"]  # int8 weights: 1 byte each
     assert ok["fp32"]["nodes"]["integer"] == 0
     # the one naming rule of trtqat export: <arch>-ptq-<method>-<variant>
     assert Path(ok["ptq-max"]["onnx"]).name == "resnet18-ptq-max-int8.onnx"

@@ -93,6 +93,7 @@ def test_every_encoder_variant_is_measured(report):
         m = v["metrics"]
         assert v["status"] == "ok", v["error"]
         assert m["sentences"] == 6  # 60 lines -> 6 held-out
+        assert "agree_fp32" not in m and v["onnx_mib"] > 0  # no top-1 of embeddings
         assert m["mean_cosine"] is not None and 0.5 < m["mean_cosine"] <= 1.0 + 1e-6
         assert m["spearman"] is not None and -1.0 <= m["spearman"] <= 1.0 + 1e-9
         for b in ("1", "2"):

@@ -272,7 +272,8 @@ def measure_variant(variant: Variant, cfg: CompareConfig, data: EvalData, family
     kept: dict[str, Any] = {}
     with engine.runner(**runner_kwargs) as runner:
         result.metrics = score(runner, data, names, family, onnx_path, cfg.progress, kept)
-    result.predictions = kept.get("predictions")
+    if data.metric == "top1":  # classifiers: agreement with FP32's top-1 (not embeddings)
+        result.predictions = kept.get("predictions")
     return Timed(result, engine, runner_kwargs,
                  {b: feed_for(data.timing(b), names, onnx_path) for b in cfg.batch_sizes})
 
