@@ -23,11 +23,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from torch import nn
 
-from trtqat.export._graph import GraphIndex, attr
+from trtqat.export._graph import GraphIndex
 from trtqat.export.errors import ExportError
+from trtqat.export.qdq_weights import drop_unused_initializers, fold_weight_qdq
 from trtqat.quant.descriptor import E4M3
 from trtqat.quant.fp8 import quantize_e4m3
 from trtqat.quant.model_ops import quantizers
@@ -87,18 +88,15 @@ def _fp8_zero(graph: onnx.GraphProto, shape: tuple[int, ...], made: dict) -> str
     return made[shape]
 
 
-def _fp8_codes(weight: np.ndarray, scale: np.ndarray, axis: int, name: str
+def _fp8_codes(node: onnx.NodeProto, weight: np.ndarray, scale: np.ndarray
                ) -> onnx.TensorProto:
-    """``QuantizeLinear(weight, scale)`` in E4M3, as the PyTorch quantizer computes it."""
+    """``QuantizeLinear(weight, scale)`` in E4M3 (``scale`` shaped to broadcast), as the
+    PyTorch quantizer computes it."""
     w = torch.from_numpy(np.array(weight, dtype=np.float32))  # a writable copy
     s = torch.from_numpy(np.array(scale, dtype=np.float32))
-    if s.numel() > 1:
-        shape = [1] * w.dim()
-        shape[axis % w.dim()] = -1
-        s = s.reshape(shape)
     codes = quantize_e4m3(w, s).contiguous().view(torch.uint8).numpy()
-    return helper.make_tensor(name, TensorProto.FLOAT8E4M3FN, list(codes.shape),
-                              codes.tobytes(), raw=True)
+    return helper.make_tensor(f"{node.input[0]}_fp8", TensorProto.FLOAT8E4M3FN,
+                              list(codes.shape), codes.tobytes(), raw=True)
 
 
 def to_fp8_qdq(model: onnx.ModelProto, weights: str = DEFAULT_FP8_WEIGHTS) -> int:
@@ -127,38 +125,7 @@ def to_fp8_qdq(model: onnx.ModelProto, weights: str = DEFAULT_FP8_WEIGHTS) -> in
     for info in graph.value_info:
         if info.name in codes:
             info.type.tensor_type.elem_type = TensorProto.FLOAT8E4M3FN
-    if weights == "compressed":
-        _compress_weights(model)
-    _drop_unused(graph)
+    if weights == "compressed":  # Q(float weight) -> DQ becomes an FP8 initializer -> DQ
+        fold_weight_qdq(model, _fp8_codes)
+    drop_unused_initializers(graph)
     return count
-
-
-def _compress_weights(model: onnx.ModelProto) -> None:
-    """``Q(float weight initializer) -> DQ`` becomes an FP8 initializer -> DQ."""
-    graph = model.graph
-    g = GraphIndex(graph)
-    drop = set()
-    for node in graph.node:
-        if node.op_type != "QuantizeLinear" or node.input[0] not in g.initializers:
-            continue
-        users = g.consumers.get(node.output[0], [])
-        scale = g.constant(node.input[1])
-        if not users or any(u.op_type != "DequantizeLinear" for u in users) or scale is None:
-            continue
-        weight = numpy_helper.to_array(g.initializers[node.input[0]])
-        name = f"{node.input[0]}_fp8"
-        graph.initializer.append(_fp8_codes(weight, scale, attr(node, "axis", 1), name))
-        for u in users:
-            u.input[0] = name
-        drop.add(id(node))
-    if drop:
-        kept = [n for n in graph.node if id(n) not in drop]
-        del graph.node[:]
-        graph.node.extend(kept)
-
-
-def _drop_unused(graph: onnx.GraphProto) -> None:
-    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    live = [t for t in graph.initializer if t.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(live)
