@@ -153,24 +153,15 @@ def explicit(paths: list[str]) -> list[Variant]:
 
 def file_precision(model: Any) -> str:
     """The variant an ONNX file is: its ``trtqat.variant`` metadata, else read from the graph
-    (Q/DQ zero points or weights of FLOAT8E4M3FN: fp8; INT4 weights: int4; other Q/DQ: int8;
-    float16 initializers: the ``-fp16`` form)."""
+    (its Q/DQ types, :func:`trtqat.engines.qformats.quant_formats`; float16 initializers:
+    the ``-fp16`` form)."""
     import onnx
 
+    from trtqat.engines.qformats import precision_name, quant_formats
     from trtqat.variants import BY_NAME, canonical
 
     meta = {p.key: p.value for p in model.metadata_props}
     if canonical(meta.get("trtqat.variant", "")) in BY_NAME:
         return canonical(meta["trtqat.variant"])
-    T = onnx.TensorProto
-    types = {t.data_type for t in model.graph.initializer}
-    fp16 = T.FLOAT16 in types
-    if T.FLOAT8E4M3FN in types:
-        fmt = "fp8"
-    elif T.INT4 in types:
-        fmt = "int4"
-    elif {n.op_type for n in model.graph.node} & {"QuantizeLinear", "DequantizeLinear"}:
-        fmt = "int8"
-    else:
-        return "fp16" if fp16 else "fp32"
-    return f"{fmt}-fp16" if fp16 else fmt
+    fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    return precision_name(quant_formats(model), fp16)
