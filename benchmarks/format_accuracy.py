@@ -40,10 +40,8 @@ from trtqat.families.cnn.data import make_datasets, make_loader, make_loaders  #
 from trtqat.quant.format_apply import apply_format  # noqa: E402
 from trtqat.runs import distributed as D  # noqa: E402
 from trtqat.runs.loop import evaluate  # noqa: E402
-from trtqat.stages.demo import CALIBRATORS  # noqa: E402
+from trtqat.stages.demo import FORMAT_CALIBRATORS as METHODS  # noqa: E402
 
-METHODS = {"int8": CALIBRATORS,
-           "fp8": (("max", None), ("percentile", 99.99), ("mse", None))}
 MAX_FP8_GAP = 0.3  # points of top-1 FP8 PTQ may lose against FP32
 
 
@@ -63,9 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--progress", action="store_true")
     a = p.parse_args(argv)
     a.formats = tuple(f.strip() for f in a.formats.split(",") if f.strip())
-    unknown = set(a.formats) - set(METHODS)
+    unknown = set(a.formats) - {"int8", "fp8"}  # CNNs: int4 has no conv weights
     if unknown:
-        p.error(f"--formats takes {', '.join(METHODS)}, got {', '.join(sorted(unknown))}")
+        p.error(f"--formats takes int8, fp8, got {', '.join(sorted(unknown))}")
     a.qat_lr, a.weights = None, ("per-channel",)
     for k in ("lr", "min_lr", "momentum", "weight_decay", "opt", "label_smoothing",
               "batch_size"):

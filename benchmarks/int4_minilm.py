@@ -26,9 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 from trtqat.families.encoder.corpus import load_corpus  # noqa: E402
+from trtqat.families.encoder.metrics import mean_cosine  # noqa: E402
 from trtqat.families.encoder.minilm import batches, embed, load_encoder  # noqa: E402
 from trtqat.families.encoder.onnx_export import EncoderExporter  # noqa: E402
 from trtqat.families.encoder.recipes import (  # noqa: E402
@@ -40,10 +40,6 @@ from trtqat.families.encoder.recipes import (  # noqa: E402
 )
 from trtqat.quant.awq import apply_awq  # noqa: E402
 from trtqat.quant.blockwise import to_int4_weights  # noqa: E402
-
-
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(F.cosine_similarity(a, b, dim=-1).mean())
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -85,8 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
         collect_encoder_stats(q, tok, calib, 32, args.max_length)
         set_amax(q, method)
         ptq[label] = q
-        out[f"ptq_{label}_cosine"] = _cosine(embed(q, tok, held, max_length=args.max_length),
-                                             ref)
+        out[f"ptq_{label}_cosine"] = mean_cosine(ref, embed(q, tok, held,
+                                                             max_length=args.max_length))
         print(f"PTQ {label:7s} int4 block {args.block_size} ({n} INT4 weights): mean cosine "
               f"vs FP32 {out[f'ptq_{label}_cosine']:.5f}", flush=True)
     start = max(ptq, key=lambda m: out[f"ptq_{m}_cosine"])
@@ -99,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     out["qat_start"] = start
     out["qat_steps"] = hist["steps"]
     out["qat_s"] = round(time.perf_counter() - t0, 1)
-    out["qat_cosine"] = _cosine(embed(student, tok, held, max_length=args.max_length), ref)
+    out["qat_cosine"] = mean_cosine(ref, embed(student, tok, held, max_length=args.max_length))
     print(f"QAT (from PTQ {start}, {hist['steps']} steps, {out['qat_s']} s): mean cosine vs "
           f"FP32 {out['qat_cosine']:.5f}; loss {hist['loss'][0]:.5f} -> "
           f"{hist['loss'][-1]:.5f}", flush=True)
