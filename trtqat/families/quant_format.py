@@ -81,12 +81,3 @@ def check_qat_format(cfg: Any, spec: dict[str, Any], checkpoint: str) -> None:
         raise FormatMismatchError(
             f"{checkpoint} holds int4 blocks of {block_size}, not {size}: drop --block-size, "
             f"or calibrate again with --block-size {size}")
-
-
-def check_format_layers(model: nn.Module, name: str) -> None:
-    """After ``--skip-layers``: a one-line error naming the quantized layers TensorRT cannot
-    run in ``name`` (fp8: :func:`trtqat.quant.fp8_layers.check_fp8_layers`)."""
-    if name == "fp8":
-        from trtqat.quant.fp8_layers import check_fp8_layers
-
-        check_fp8_layers(model)

@@ -23,8 +23,7 @@ from torch import nn
 from trtqat.checks import check_module
 from trtqat.errors import CalibrationError, QuantConfigError
 from trtqat.quant.config import QuantConfig
-from trtqat.quant.format_apply import apply_format
-from trtqat.quant.fp8_layers import check_fp8_layers
+from trtqat.quant.format_apply import apply_format, check_format_layers
 from trtqat.quant.model_ops import (
     calibrating,
     collect_stats,
@@ -84,8 +83,7 @@ def quantize(model: nn.Module, config: QuantConfig | Mapping[str, Any] | None = 
     keep_float = (*held(model, tuple(marked or ())), *cfg.keep_float)
     if keep_float:
         disable_layers(model, keep_float)
-    if cfg.format == "fp8":  # after skip_layers and keep_float: what is left runs in FP8
-        check_fp8_layers(model)
+    check_format_layers(model, cfg.format)  # after skip_layers and keep_float
     if forward_loop is not None:
         calibrate(model, forward_loop, cfg.method or default_method(placement),
                   percentile=cfg.percentile, num_batches=cfg.num_batches)

@@ -39,3 +39,12 @@ def to_fp8(model: nn.Module) -> None:
         q.num_bits = E4M3  # any attribute set re-decides the quantizer's fast path
         q._unsigned = False
     keep_float_in_fp8(model)
+
+
+def check_format_layers(model: nn.Module, name: str) -> None:
+    """After skip_layers / keep_float: a one-line error naming the quantized layers TensorRT
+    cannot run in format ``name`` (fp8: :func:`trtqat.quant.fp8_layers.check_fp8_layers`)."""
+    if name == "fp8":
+        from trtqat.quant.fp8_layers import check_fp8_layers
+
+        check_fp8_layers(model)

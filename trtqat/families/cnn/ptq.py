@@ -17,13 +17,13 @@ import torch
 from trtqat.families.cnn.data_sources import preprocess_of
 from trtqat.families.quant_format import (
     apply_spec_format,
-    check_format_layers,
     int4_tables,
     record_format,
     with_format,
 )
 from trtqat.families.types import StageResult
 from trtqat.outputs import scoring
+from trtqat.quant.format_apply import check_format_layers
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers, quantizers
 from trtqat.quant.placement import PLACEMENT_VERSION
 from trtqat.quant.placement.describe import owners

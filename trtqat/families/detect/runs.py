@@ -17,12 +17,12 @@ from torch import nn
 from trtqat.families.detect import loop
 from trtqat.families.quant_format import (
     apply_spec_format,
-    check_format_layers,
     int4_tables,
     record_format,
     with_format,
 )
 from trtqat.families.types import StageResult
+from trtqat.quant.format_apply import check_format_layers
 from trtqat.quant.model_ops import collect_stats, compute_amax, disable_layers
 from trtqat.quant.placement import PLACEMENT_VERSION
 from trtqat.runs import distributed as D

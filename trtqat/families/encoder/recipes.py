@@ -154,9 +154,9 @@ def calibrated_copy(model: nn.Module, tokenizer, sentences: Sequence[str],
     """
     from trtqat.families.quant_format import (
         apply_spec_format,
-        check_format_layers,
         record_format,
     )
+    from trtqat.quant.format_apply import check_format_layers
 
     cfg = config or CalibOptions()
     acc = accel or Accel(model_device(model))
