@@ -12,6 +12,10 @@ other attribute the decision reads is reset by ``TensorQuantizer.__setattr__``.
 What stays per call is what a call can change: the input (its dtype, device, layout and shape,
 checked by the compiled kernel, which returns None for inputs it does not take, so that the
 general path handles them and raises its errors) and the global export switches.
+
+:func:`quantizer_call` is ``TensorQuantizer.__call__``: when the decision names the compiled
+kernel it calls it directly, without ``nn.Module.__call__``'s dispatch (that costs as much as
+the kernel on a small tensor); hooks, tracing, compiling or any other state take the usual way.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.modules import module as _module
 
 from trtqat.errors import AmaxValueError
-from trtqat.quant import _kernels
+from trtqat.quant import _kernels, export_mode
 from trtqat.quant.amax import fits as _fits
+from trtqat.quant.functional import onnx_exporting
 
 _fits_plain = _fits.__wrapped__  # what torch.compile traces (dynamo warns about the cache)
 
@@ -79,3 +85,34 @@ def fits(amax_shape: torch.Size, input_shape: torch.Size) -> bool:
     """:func:`trtqat.quant.amax.fits`; traced by torch.compile, its uncached function (dynamo
     warns about, and traces through, the cache wrapper)."""
     return (_fits_plain if is_compiling() else _fits)(amax_shape, input_shape)
+
+
+# torch's module-wide hooks (dicts changed in place, never rebound): any of them set, every
+# call takes nn.Module.__call__, which runs them
+_GFP, _GF, _GBP, _GB = (getattr(_module, name, {}) for name in (
+    "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
+    "_global_backward_hooks"))
+
+
+def quantizer_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``TensorQuantizer.__call__``: the compiled kernel straight away when the quantizer's
+    decision names it, its amax is unchanged, nothing is exporting and no hook is set (the
+    result is then what ``forward`` returns); else ``nn.Module.__call__``, looked up per call so
+    that whoever patches it (``torch.fx``) sees every call."""
+    if is_compiling():  # dynamo traces this call: nothing read, module dispatch as usual
+        return torch.nn.Module.__call__(self, *args, **kwargs)
+    d = self.__dict__
+    hot = d.get("_hot")
+    if hot is not None and hot[3] is not None and len(args) == 1 and not kwargs:
+        amax = d["_buffers"].get("_amax")
+        if (hot[0] is amax and hot[2] == _kernels.EPOCH
+                and (hot[1] < 0 or amax._version == hot[1])
+                and not (d["_disabled"] or d["_forward_pre_hooks"] or d["_forward_hooks"]
+                         or d["_backward_pre_hooks"] or d["_backward_hooks"]
+                         or _GFP or _GF or _GBP or _GB or export_mode.entered)
+                and d.get("_compiled_call_impl") is None
+                and not type(self).use_fb_fake_quant and not onnx_exporting()):
+            outputs = hot[3](args[0], amax, hot[4], hot[5], hot[6])
+            if outputs is not None:
+                return outputs
+    return torch.nn.Module.__call__(self, *args, **kwargs)

@@ -21,6 +21,7 @@ def quant_bounds(num_bits: int, unsigned: bool, narrow_range: bool) -> tuple[int
 
 
 _is_compiling = torch.compiler.is_compiling
+_tracing = torch._C._get_tracing_state
 _onnx_flags: list = []  # [(GLOBALS, _flags)] once looked up, [None] where torch has neither
 
 
@@ -108,6 +109,12 @@ class _Entry:
         _kernels.check_input(x)
         if _is_compiling():
             return fake_quant_op.fake_quant(x, amax, qmin, qmax)
+        if ((not torch.is_grad_enabled() or not (x.requires_grad or amax.requires_grad))
+                and not _tracing()):
+            # nothing to differentiate (evaluation, calibration): the forward kernel alone,
+            # without an autograd.Function's cost or the mask a backward would need
+            # (torch.jit.trace records the Function, not the kernels inside it)
+            return _kernels.fake_quant_forward(x, amax, qmin, qmax)[0]
         return self.function.apply(x, amax, qmin, qmax)
 
 

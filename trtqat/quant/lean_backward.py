@@ -284,8 +284,9 @@ _LINEAR = _LinearOp()
 def quant_conv(layer, x: torch.Tensor) -> torch.Tensor | None:
     """``layer``'s quantized convolution of ``x`` on the lean path; None where the plain
     path must run (see the module docstring)."""
-    if layer.padding_mode != "zeros" or isinstance(layer.padding, str) \
-            or x.dim() != layer.weight.dim():
+    on = _state["enabled"]  # first: on the CPU the path is off by default (a cheap no)
+    if (not on or (on == GPU and x.device.type == "cpu") or layer.padding_mode != "zeros"
+            or isinstance(layer.padding, str) or x.dim() != layer.weight.dim()):
         return None
     ranges = _ranges(layer, x, layer.weight)
     if ranges is None:
@@ -299,7 +300,8 @@ def quant_conv(layer, x: torch.Tensor) -> torch.Tensor | None:
 def quant_linear(layer, x: torch.Tensor) -> torch.Tensor | None:
     """``layer``'s quantized linear map of ``x`` on the lean path; None where the plain path
     must run."""
-    if x.dim() < 2:
+    on = _state["enabled"]
+    if not on or (on == GPU and x.device.type == "cpu") or x.dim() < 2:
         return None
     ranges = _ranges(layer, x, layer.weight)
     if ranges is None:

@@ -72,6 +72,7 @@ class TensorQuantizer(nn.Module):
     use_fb_fake_quant = False
     _hot = None  # fast_path.decide()'s tuple; None: decide at the next call
     _plain_forward = True  # False in a subclass that overrides a stage of the quantization
+    __call__ = fast_path.quantizer_call  # the compiled kernel without nn.Module's dispatch
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -17,7 +17,8 @@
 //
 // * apply: the quantizer's hot path in one call - the forward above and, when x requires a
 //   gradient, a C++ autograd node (no Python autograd.Function): its backward is the identity
-//   when nothing was clipped, else grad_input. Saves nothing, or x and amax.
+//   when nothing was clipped, else grad_input. Saves nothing, or x and amax. The node is a
+//   plain torch::autograd::Node, as torch's generated ops build theirs.
 //
 // Accepted inputs (anything else returns None and the caller uses the PyTorch path):
 // plain float32 CPU tensors; x contiguous (or, per tensor, any dense layout); amax float32 CPU
@@ -31,7 +32,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/StorageImpl.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/csrc/utils/pybind.h>
@@ -42,7 +45,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <memory>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -399,27 +405,20 @@ py::object grad_input(const at::Tensor& grad, const at::Tensor& x, const at::Ten
   return py::cast(out);
 }
 
-// Straight-through fake quantization as a C++ autograd function (what the Python
-// _FakeQuantFn does on the CPU, without its per-call Python cost).
-struct FakeQuantFn : public torch::autograd::Function<FakeQuantFn> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& amax, int64_t qmin, int64_t qmax,
-                            const Layout* layout) {
-    at::Tensor y;
-    const bool clipped = forward_into(x, amax, *layout, qmin, qmax, y);
-    ctx->saved_data["b"] = c10::IValue(std::vector<int64_t>{qmin, qmax, clipped ? 1 : 0});
-    if (clipped) ctx->save_for_backward({x, amax});
-    return y;
-  }
+// Straight-through fake quantization's backward as a plain autograd node, as torch's own
+// generated ops build theirs (no torch::autograd::Function: its CppNode keeps a saved-data
+// map and wraps every output, a per-call cost a small tensor's step pays twice).
+// Identity when nothing was clipped (then nothing is saved), else grad_input from x and amax.
+struct FakeQuantBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable x_, amax_;
+  int64_t qmin_ = 0, qmax_ = 0;
+  bool clipped_ = false;
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const std::vector<int64_t> b = ctx->saved_data["b"].toIntVector();
-    at::Tensor grad = grads[0];
-    if (b[2] == 0) return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& amax = saved[1];
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    at::Tensor grad = std::move(grads[0]);
+    if (!grad.defined() || !clipped_) return {grad};
+    const at::Tensor x = x_.unpack(getptr());
+    const at::Tensor amax = amax_.unpack(getptr());
     const Layout L = layout_of(x, amax);
     if (!is_cpu_f32(grad) || grad.sizes() != x.sizes() || grad.strides() != x.strides()) {
       // e.g. the expanded ones of y.sum().backward(): same values in x's layout
@@ -427,10 +426,45 @@ struct FakeQuantFn : public torch::autograd::Function<FakeQuantFn> {
       dense.copy_(grad);
       grad = dense;
     }
-    return {grad_into(grad, x, amax, L, b[0], b[1]), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {grad_into(grad, x, amax, L, qmin_, qmax_)};
+  }
+
+  std::string name() const override { return "FakeQuantBackward"; }
+
+  void release_variables() override {
+    x_.reset_data();
+    amax_.reset_data();
   }
 };
+
+// A new autograd node of type N, held as the Node pointer type of this torch (a
+// std::shared_ptr before torch 2.14, a c10::intrusive_ptr since).
+template <typename N>
+auto make_node() {
+  using Ptr = decltype(std::declval<torch::autograd::Node&>().getptr());
+  if constexpr (std::is_same_v<Ptr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<N>();
+  } else {
+    return c10::make_intrusive<N>();
+  }
+}
+
+// y = fake_quant(x) recorded for autograd with a FakeQuantBackward node (x requires grad).
+at::Tensor forward_with_grad(const at::Tensor& x, const at::Tensor& amax, const Layout& L,
+                             int64_t qmin, int64_t qmax) {
+  auto node = make_node<FakeQuantBackward>();
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  at::Tensor y;
+  node->clipped_ = forward_into(x, amax, L, qmin, qmax, y);
+  node->qmin_ = qmin;
+  node->qmax_ = qmax;
+  if (node->clipped_) {
+    node->x_ = torch::autograd::SavedVariable(x, false);
+    node->amax_ = torch::autograd::SavedVariable(amax, false);
+  }
+  torch::autograd::set_history(y, node);
+  return y;
+}
 
 // The quantizer's hot path: fake_quant(x) with autograd, or None when the kernel does not
 // take these inputs (not a plain float32 CPU tensor, amax that does not fit, bounds it cannot
@@ -452,7 +486,7 @@ py::object apply(const py::handle& obj, const at::Tensor& amax_in, int64_t qmin,
     if (!check_negative || !any_negative(x.data_ptr<float>(), x.numel())) {
       const at::Tensor amax = amax_in.requires_grad() ? amax_in.detach() : amax_in;
       if (at::GradMode::is_enabled() && x.requires_grad()) {
-        y = FakeQuantFn::apply(x, amax, qmin, qmax, &L);
+        y = forward_with_grad(x, amax, L, qmin, qmax);
       } else {
         forward_into(x, amax, L, qmin, qmax, y);
       }

@@ -1,0 +1,83 @@
+"""TensorQuantizer.__call__ goes straight to the compiled kernel (issue 35, host-light hot
+path), so everything nn.Module.__call__ does must still happen whenever it matters: hooks,
+torch.fx's patched call, and the C++ autograd node must save and release like torch's own."""
+
+import pytest
+import torch
+from torch import fx, nn
+
+from trtqat import nn as quant_nn
+from trtqat.quant import _kernels
+from trtqat.tensor_quant import QuantDescriptor
+
+needs_kernel = pytest.mark.skipif(_kernels.hot_kernel() is None,
+                                  reason="needs the compiled CPU kernel (trtqat._C)")
+
+
+def _hot_quantizer() -> tuple[quant_nn.TensorQuantizer, torch.Tensor]:
+    x = torch.linspace(-2, 2, 16).reshape(1, 1, 4, 4)
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0))  # |x| > 1 clips
+    q(x)  # decided: the next calls take the kernel straight away
+    assert q._hot is not None and q._hot[3] is not None
+    return q, x
+
+
+@needs_kernel
+def test_hooks_still_run_on_a_decided_quantizer():
+    q, x = _hot_quantizer()
+    plain = q(x)
+    pre = q.register_forward_pre_hook(lambda mod, args: (args[0] * 0.5,))
+    assert torch.equal(q(x), q.forward(x * 0.5))
+    pre.remove()
+    post = q.register_forward_hook(lambda mod, args, out: out + 1)
+    assert torch.equal(q(x), plain + 1)
+    post.remove()
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, args, out: seen.append(type(mod).__name__))
+    try:
+        q(x)
+    finally:
+        handle.remove()
+    assert seen == ["TensorQuantizer"]
+    assert torch.equal(q(x), plain)  # hooks gone: the direct call again
+
+
+@needs_kernel
+def test_fx_sees_the_call_of_a_decided_quantizer():
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = _hot_quantizer()[0]
+
+        def forward(self, x):
+            return self.q(x) * 2
+
+    class Tracer(fx.Tracer):
+        def is_leaf_module(self, m, name):
+            return isinstance(m, quant_nn.TensorQuantizer) or super().is_leaf_module(m, name)
+
+    graph = Tracer().trace(Net())
+    assert [n.target for n in graph.nodes if n.op == "call_module"] == ["q"]
+
+
+@needs_kernel
+def test_the_kernel_node_saves_through_hooks_and_releases():
+    q, x = _hot_quantizer()
+    x.requires_grad_(True)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = q(x)
+    assert y.grad_fn.name() == "FakeQuantBackward"
+    assert len(packed) == 2  # x and amax: something was clipped
+    y.sum().backward()
+    assert torch.equal(x.grad, (x.detach().abs() <= 1).float())
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.sum().backward()
+    inside = torch.linspace(-0.5, 0.5, 16, requires_grad=True)  # nothing clipped: saves none
+    packed.clear()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = q(inside)
+    assert packed == []
+    out.sum().backward()
+    assert torch.equal(inside.grad, torch.ones(16))
