@@ -44,6 +44,18 @@ def test_hooks_still_run_on_a_decided_quantizer():
 
 
 @needs_kernel
+def test_a_forward_wrapped_on_the_instance_still_runs():
+    q, x = _hot_quantizer()
+    plain = q(x)
+    original = q.forward
+    q.forward = lambda inputs: original(inputs) * 3  # what accelerate's device hooks do
+    for _ in range(2):  # the first call decides again, the second could skip the wrapper
+        assert torch.equal(q(x), plain * 3)
+    del q.forward
+    assert torch.equal(q(x), plain)
+
+
+@needs_kernel
 def test_fx_sees_the_call_of_a_decided_quantizer():
     class Net(nn.Module):
         def __init__(self) -> None:

@@ -94,25 +94,34 @@ _GFP, _GF, _GBP, _GB = (getattr(_module, name, {}) for name in (
     "_global_backward_hooks"))
 
 
+_MODULE_CALL = torch.nn.Module.__call__  # torch.fx patches it while it traces
+_tracing = torch._C._get_tracing_state
+
+
 def quantizer_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-    """``TensorQuantizer.__call__``: the compiled kernel straight away when the quantizer's
-    decision names it, its amax is unchanged, nothing is exporting and no hook is set (the
-    result is then what ``forward`` returns); else ``nn.Module.__call__``, looked up per call so
-    that whoever patches it (``torch.fx``) sees every call."""
+    """``TensorQuantizer.__call__``: what ``nn.Module.__call__`` would do, without its dispatch
+    cost when it would do nothing but call ``forward`` (no hook, no ``torch.jit.trace``, no
+    ``Module.compile()``, nobody patching it as ``torch.fx`` does). Then the compiled kernel
+    straight away when the quantizer's decision names it, its amax is unchanged, nothing is
+    exporting and no instance attribute wraps ``forward`` (as accelerate's hooks do): the
+    result is what ``forward`` returns. Else ``forward``."""
     if is_compiling():  # dynamo traces this call: nothing read, module dispatch as usual
         return torch.nn.Module.__call__(self, *args, **kwargs)
     d = self.__dict__
+    if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_pre_hooks"]
+            or d["_backward_hooks"] or _GFP or _GF or _GBP or _GB or kwargs or len(args) != 1
+            or d.get("_compiled_call_impl") is not None):
+        return torch.nn.Module.__call__(self, *args, **kwargs)
     hot = d.get("_hot")
-    if hot is not None and hot[3] is not None and len(args) == 1 and not kwargs:
+    if hot is not None and hot[3] is not None and "forward" not in d:  # no wrapped forward
         amax = d["_buffers"].get("_amax")
         if (hot[0] is amax and hot[2] == _kernels.EPOCH
-                and (hot[1] < 0 or amax._version == hot[1])
-                and not (d["_disabled"] or d["_forward_pre_hooks"] or d["_forward_hooks"]
-                         or d["_backward_pre_hooks"] or d["_backward_hooks"]
-                         or _GFP or _GF or _GBP or _GB or export_mode.entered)
-                and d.get("_compiled_call_impl") is None
-                and not type(self).use_fb_fake_quant and not onnx_exporting()):
+                and (hot[1] < 0 or amax._version == hot[1]) and not d["_disabled"]
+                and not export_mode.entered and not type(self).use_fb_fake_quant
+                and not onnx_exporting()):
             outputs = hot[3](args[0], amax, hot[4], hot[5], hot[6])
             if outputs is not None:
                 return outputs
-    return torch.nn.Module.__call__(self, *args, **kwargs)
+    if _tracing() or torch.nn.Module.__call__ is not _MODULE_CALL:
+        return torch.nn.Module.__call__(self, *args, **kwargs)
+    return self.forward(args[0])
