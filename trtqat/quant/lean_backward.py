@@ -111,6 +111,17 @@ def _cast(t: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | N
     return t.to(dtype)
 
 
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def _autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """A block where autocast is off: ``torch.autocast(enabled=False)`` only where it is on
+    (building that context costs more host time than a small layer's kernels)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return _NO_CONTEXT
+
+
 def _autocast_dtype(device_type: str) -> torch.dtype | None:
     if torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
@@ -215,7 +226,7 @@ class _LeanQuantFn(torch.autograd.Function):
         else:
             xq, codes, mask = encoded
             ctx.save_for_backward(codes, weight, x_amax, w_amax, mask)
-        with torch.autocast(x.device.type, enabled=False):
+        with _autocast_off(x.device.type):
             return op.forward(_cast(xq, cast), _cast(wq, cast), _cast(bias, cast))
 
     @staticmethod
@@ -234,7 +245,7 @@ class _LeanQuantFn(torch.autograd.Function):
             else:
                 x_ste = (lambda g: g) if mask is None else (lambda g: g.masked_fill(~mask, 0))
         wq, w_ste = _requant(weight, w_amax, *ctx.wb)
-        with torch.autocast(grad.device.type, enabled=False):
+        with _autocast_off(grad.device.type):
             gx, gw, gb = ctx.op.backward(grad, _cast(xq, ctx.cast), _cast(wq, ctx.cast),
                                          ctx.bias_shape, (need_x, need_w, need_b))
         gx = x_ste(gx.to(ctx.x_dtype)) if need_x else None
