@@ -23,6 +23,13 @@ def main() -> dict[str, str]:
     # serve CPU tensors as CUDA tensors are served: the forward with a packed mask
     _kernels.fake_quant_forward_masked = (
         lambda x, amax, qmin, qmax: triton_kernels.forward(x, amax, qmin, qmax))
+    _kernels.fake_quant_encode_masked = (
+        lambda x, amax, qmin, qmax, codes, out: triton_kernels.encode(x, amax, qmin, qmax, True,
+                                                                      codes, out))
+    decoded = []  # the one-pass rebuild of the codes must be what backward runs
+    _kernels.fake_quant_decode = (
+        lambda codes, amax, qmax, dtype: decoded.append(dtype)
+        or triton_kernels.decode(codes, amax, qmax, dtype))
     from trtqat.quant import lean_backward
 
     lean_backward.set_enabled(True)  # CPU tensors here stand for CUDA ones
@@ -48,6 +55,8 @@ def main() -> dict[str, str]:
         except Exception as exc:  # reported, not raised: the other cases still run
             results[case] = f"{type(exc).__name__}: {exc}"
     results["gpu-encoding-used"] = "ok" if encoded else "the GPU encoding never ran"
+    results["gpu-decoding-used"] = ("ok" if torch.bfloat16 in decoded and torch.float32 in decoded
+                                    else f"the GPU decoding ran for {decoded}")
     return results
 
 

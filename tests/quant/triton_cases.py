@@ -90,6 +90,7 @@ def check(case: str) -> None:
     gi = triton_kernels.grad_from_mask(g, mask, x.shape, x.stride())
     torch.testing.assert_close(gi, _fused.fake_quant_grad_input(g, x, amax, qmin, qmax),
                                rtol=0, atol=0, equal_nan=True)
+    check_codes(x, amax, qmin, qmax, y, mask)
     gx, ga = triton_kernels.learnable_grad(g, x, amax, qmin, qmax)
     rx, ra = _fused.learnable_grad(g, x, amax, qmin, qmax)
     torch.testing.assert_close(gx, rx, rtol=0, atol=0, equal_nan=True)
@@ -97,6 +98,27 @@ def check(case: str) -> None:
     finite = torch.isfinite(ra)  # a NaN input makes its channel's sum NaN in both
     assert torch.equal(finite, torch.isfinite(ga)), "non-finite amax gradients differ"
     torch.testing.assert_close(ga[finite], ra[finite], rtol=1e-4, atol=1e-3)
+
+
+def check_codes(x, amax, qmin, qmax, y, mask) -> None:
+    """encode: the forward's values (in each dtype the layer may take), its mask, and integer
+    codes equal to torch's formula; decode: ``(codes * s).to(dtype)``."""
+    codes_dtype = next(dt for dt in (torch.int8, torch.uint8, torch.int16, torch.int32)
+                       if torch.iinfo(dt).min <= qmin and qmax <= torch.iinfo(dt).max)
+    scale = _fused.scale_of(amax, qmax)
+    ref_codes = (x.float() / scale).round().clamp(qmin, qmax)
+    known = ~torch.isnan(x)  # a NaN has no integer code (its loss is NaN anyway)
+    outs = (x.dtype,) + ((torch.bfloat16, torch.float16) if x.dtype == torch.float32 else ())
+    for out in outs:
+        y2, mask2, codes = triton_kernels.encode(x, amax, qmin, qmax, True, codes_dtype, out)
+        assert y2.dtype == out and codes.dtype == codes_dtype, "encode: wrong dtypes"
+        assert y2.stride() == x.stride() and codes.stride() == x.stride(), "encode: strides"
+        torch.testing.assert_close(y2, y.to(out), rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(mask2, mask), "encode: the mask differs from the forward's"
+        assert torch.equal(codes[known], ref_codes[known].to(codes_dtype)), "codes differ"
+        back = triton_kernels.decode(codes, amax, qmax, out)
+        assert back.dtype == out and back.stride() == x.stride(), "decode: dtype or strides"
+        assert torch.equal(back, (codes.float() * scale).to(out)), "decode differs"
 
 
 def check_autograd_glue() -> None:

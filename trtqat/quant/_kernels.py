@@ -29,7 +29,8 @@ from trtqat.quant import _fused, kernel_loader
 from trtqat.quant._fused import scale_of
 
 __all__ = ["BACKEND", "EXTENSION_ERROR", "GPU_BACKEND", "available_backends", "check_input",
-           "empty_cache", "fake_quant_forward", "fake_quant_forward_masked",
+           "empty_cache", "fake_quant_decode", "fake_quant_encode_masked",
+           "fake_quant_forward", "fake_quant_forward_masked",
            "fake_quant_grad_input", "fake_quant_grad_masked", "fake_quant_learnable_grad",
            "hot_kernel", "kernel_report", "pool_stats", "scale_of", "set_backend"]
 
@@ -196,6 +197,27 @@ def fake_quant_forward_masked(
     _ready(x)
     if x.is_cuda and _fast("cuda"):
         return _triton.forward(x, amax, qmin, qmax, save_mask=True)
+    return None
+
+
+def fake_quant_encode_masked(
+    x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, codes_dtype: torch.dtype,
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(y in out_dtype, bit-packed straight-through mask, integer codes)`` from the GPU
+    kernels in one pass; None where they do not apply."""
+    _ready(x)
+    if x.is_cuda and _fast("cuda"):
+        return _triton.encode(x, amax, qmin, qmax, True, codes_dtype, out_dtype)
+    return None
+
+
+def fake_quant_decode(codes: torch.Tensor, amax: torch.Tensor, qmax: int,
+                      dtype: torch.dtype) -> torch.Tensor | None:
+    """``(codes * scale).to(dtype)`` from the GPU kernels in one pass; None where they do not
+    apply (the caller computes it with torch ops)."""
+    if codes.is_cuda and _fast("cuda"):
+        return _triton.decode(codes, amax, qmax, dtype)
     return None
 
 

@@ -185,18 +185,37 @@ def _encode(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, dtype: to
     return r.mul_(scale).to(x.dtype), codes, mask
 
 
+def _layer_dtype(x_dtype: torch.dtype, cast: torch.dtype | None) -> torch.dtype:
+    """The dtype the quantized ``x`` reaches the layer in: autocast's for a float32 ``x``
+    (made straight from float32, as ``y.to(cast)`` would), else ``x``'s own (cast after, as
+    the plain path rounds twice)."""
+    return cast if cast is not None and x_dtype == torch.float32 else x_dtype
+
+
 def _encode_masked(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
-                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+                   dtype: torch.dtype, cast: torch.dtype | None,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``(fake-quantized x, integer codes, bit-packed straight-through mask)`` from the GPU
-    kernels, with no host read (nothing stalls the stream or breaks a CUDA-graph capture);
-    None where they do not apply (the CPU: :func:`_encode`). A NaN input is not looked for
-    here: its loss is NaN, which the training loop refuses."""
-    masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax)
-    if masked is None:
+    kernels in one pass, the first in the layer's dtype where it can be, with no host read
+    (nothing stalls the stream or breaks a CUDA-graph capture); None where they do not apply
+    (the CPU: :func:`_encode`). A NaN input is not looked for here: its loss is NaN, which
+    the training loop refuses."""
+    encoded = _kernels.fake_quant_encode_masked(x, amax, qmin, qmax, dtype,
+                                                _layer_dtype(x.dtype, cast))
+    if encoded is None:
         return None
-    y, mask = masked
-    codes = (x.float() / _kernels.scale_of(amax, qmax)).round_().clamp_(qmin, qmax).to(dtype)
+    y, mask, codes = encoded
     return y, codes, mask
+
+
+def _decode(codes: torch.Tensor, amax: torch.Tensor, qmax: int, x_dtype: torch.dtype,
+            cast: torch.dtype | None) -> torch.Tensor:
+    """The quantized ``x`` rebuilt from its codes, in the layer's dtype where it can be (one
+    pass on a GPU; else torch ops, which :func:`_cast` finishes)."""
+    out = _kernels.fake_quant_decode(codes, amax, qmax, _layer_dtype(x_dtype, cast))
+    if out is not None:
+        return out
+    return codes.float().mul_(_kernels.scale_of(amax, qmax)).to(x_dtype)
 
 
 class _LeanQuantFn(torch.autograd.Function):
@@ -214,7 +233,7 @@ class _LeanQuantFn(torch.autograd.Function):
         encoded = None
         ctx.packed = False  # the mask: bit-packed by the GPU kernels, else a bool tensor
         if code_dtype is not None and not _kept_by_producer(x):
-            encoded = _encode_masked(x, x_amax, *xb, code_dtype)
+            encoded = _encode_masked(x, x_amax, *xb, code_dtype, cast)
             ctx.packed = encoded is not None
             ctx.x_shape, ctx.x_stride = x.shape, x.stride()
             if encoded is None:
@@ -237,8 +256,7 @@ class _LeanQuantFn(torch.autograd.Function):
         if ctx.kept:
             xq, x_ste = _requant(saved, x_amax, *ctx.xb)
         else:
-            scale = _kernels.scale_of(x_amax, ctx.xb[1])
-            xq = saved.float().mul_(scale).to(ctx.x_dtype)
+            xq = _decode(saved, x_amax, ctx.xb[1], ctx.x_dtype, ctx.cast)
             if ctx.packed:
                 def x_ste(g: torch.Tensor) -> torch.Tensor:
                     return _kernels.fake_quant_grad_masked(g, mask, ctx.x_shape, ctx.x_stride)

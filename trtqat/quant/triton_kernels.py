@@ -8,6 +8,8 @@ channel of the element at storage offset ``o`` is ``(o // stride[axis]) % size[a
 * forward: ``y = clamp(round(x / s), qmin, qmax) * s`` in float32 (``s = amax / qmax``), stored
   in the input's dtype (float32, float16, bfloat16), plus, when asked, the straight-through
   mask bit-packed (1 bit per element, 1/32 of a float32 input) for the backward pass;
+* encode: the forward that also writes the integer codes, and ``y`` in another float dtype
+  (what the lean conv/linear path keeps and feeds its layer); decode: ``codes * s`` back;
 * backward: ``grad * mask`` from that bit-packed mask (the input itself is not kept);
 * learnable backward: the input gradient and the amax gradient of
   :class:`trtqat.quant.functional._FakeQuantLearnable` in one pass (float32 atomics).
@@ -29,7 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK", "forward", "grad_from_mask", "learnable_grad", "unpack_mask", "usable"]
+__all__ = ["BLOCK", "decode", "encode", "forward", "grad_from_mask", "learnable_grad",
+           "unpack_mask", "usable"]
 
 BLOCK = 1024  # elements per program; a multiple of 8 (one mask byte holds 8 elements)
 _ROUND = 12582912.0  # 1.5 * 2**23
@@ -62,12 +65,8 @@ def _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANN
 
 
 @triton.jit
-def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, nbytes, cstride, nch, qmin, qmax,
-                PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr, WIDE: tl.constexpr,
-                BLOCK: tl.constexpr):
-    pid, offs, valid = _block(n, WIDE, BLOCK)
-    q, r, s, _ = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL)
-    y = tl.clamp(r, qmin, qmax, propagate_nan=tl.PropagateNan.ALL) * s
+def _store(y_ptr, offs, y, valid):
+    """Store float32 ``y`` in ``y_ptr``'s dtype, rounding to nearest even as torch's casts do."""
     if y_ptr.dtype.element_ty == tl.bfloat16:
         # round to nearest even by hand, as torch does (the interpreter's cast truncates)
         b = y.to(tl.uint32, bitcast=True)
@@ -75,12 +74,36 @@ def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, n, nbytes, cstride, nch, qmin
         tl.store(y_ptr + offs, b.to(tl.uint16).to(tl.bfloat16, bitcast=True), mask=valid)
     else:
         tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=valid)
+
+
+@triton.jit
+def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, codes_ptr, n, nbytes, cstride, nch, qmin,
+                qmax, PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr,
+                SAVE_CODES: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    pid, offs, valid = _block(n, WIDE, BLOCK)
+    q, r, s, _ = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL)
+    code = tl.clamp(r, qmin, qmax, propagate_nan=tl.PropagateNan.ALL)
+    _store(y_ptr, offs, code * s, valid)
+    if SAVE_CODES:
+        tl.store(codes_ptr + offs, code.to(codes_ptr.dtype.element_ty), mask=valid)
     if SAVE_MASK:
         inside = ((r >= qmin) & (r <= qmax) & valid).to(tl.int32)
         bits = tl.reshape(inside, (BLOCK // 8, 8)) << tl.arange(0, 8)[None, :]
         packed = tl.sum(bits, axis=1).to(tl.uint8)
         boffs = pid * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
         tl.store(mask_ptr + boffs, packed, mask=boffs < nbytes)
+
+
+@triton.jit
+def _fq_decode(codes_ptr, scale_ptr, out_ptr, n, cstride, nch, PER_CHANNEL: tl.constexpr,
+               WIDE: tl.constexpr, BLOCK: tl.constexpr):
+    _, offs, valid = _block(n, WIDE, BLOCK)
+    code = tl.load(codes_ptr + offs, mask=valid, other=0).to(tl.float32)
+    if PER_CHANNEL:
+        s = tl.load(scale_ptr + (offs // cstride) % nch, mask=valid, other=1.0)
+    else:
+        s = tl.load(scale_ptr)
+    _store(out_ptr, offs, code * s, valid)
 
 
 @triton.jit
@@ -197,21 +220,54 @@ def _launch_context(device: torch.device) -> contextlib.AbstractContextManager:
 def forward(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
             save_mask: bool = True) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """``(y, bit-packed mask or None)``, or None when ``x``/``amax`` is not a supported case."""
+    out = encode(x, amax, qmin, qmax, save_mask=save_mask)
+    return None if out is None else out[:2]
+
+
+def encode(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, save_mask: bool = True,
+           codes_dtype: torch.dtype | None = None, out_dtype: torch.dtype | None = None,
+           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
+    """``(y, bit-packed mask or None, integer codes or None)`` in one pass, or None when
+    ``x``/``amax`` is not a supported case. ``y`` is stored in ``out_dtype`` (default
+    ``x.dtype``), rounded once from float32 as ``y.to(out_dtype)`` would; the codes
+    (``codes_dtype``, e.g. int8) are ``clamp(round(x / s), qmin, qmax)``, in ``x``'s layout."""
     chan = _channel(x, amax) if usable(x) else None
-    if chan is None:
+    out_dtype = out_dtype or x.dtype
+    if chan is None or out_dtype not in _DTYPES:
         return None
-    y = torch.empty_like(x)
-    if not _same_layout(x, y):
+    y = torch.empty_like(x, dtype=out_dtype)
+    codes = None if codes_dtype is None else torch.empty_like(x, dtype=codes_dtype)
+    if not _same_layout(x, y) or (codes is not None and not _same_layout(x, codes)):
         return None
     n = x.numel()
     mask = torch.empty(_mask_bytes(n), dtype=torch.uint8, device=x.device) if save_mask else None
     if n:
         with _launch_context(x.device):
             _fq_forward[_grid(n)](
-                x, y, _scales(amax, qmax, x.device), mask if save_mask else y, n, _mask_bytes(n),
-                chan[0], chan[1], float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1,
-                SAVE_MASK=save_mask, WIDE=_wide(n), BLOCK=BLOCK)
-    return y, mask
+                x, y, _scales(amax, qmax, x.device), mask if save_mask else y,
+                y if codes is None else codes, n, _mask_bytes(n), chan[0], chan[1], float(qmin),
+                float(qmax), PER_CHANNEL=chan[1] > 1, SAVE_MASK=save_mask,
+                SAVE_CODES=codes is not None, WIDE=_wide(n), BLOCK=BLOCK)
+    return y, mask, codes
+
+
+def decode(codes: torch.Tensor, amax: torch.Tensor, qmax: int, dtype: torch.dtype,
+           ) -> torch.Tensor | None:
+    """``(codes * s).to(dtype)`` (``s = amax / qmax`` in float32) in one pass, in the codes'
+    layout; None when not supported here."""
+    on_device = codes.is_cuda or (codes.device.type == "cpu" and _interpreting())
+    chan = _channel(codes, amax) if on_device and _dense(codes) else None
+    if chan is None or dtype not in _DTYPES or codes.dtype.is_floating_point:
+        return None
+    out = torch.empty_like(codes, dtype=dtype)
+    if not _same_layout(codes, out):
+        return None
+    n = codes.numel()
+    if n:
+        with _launch_context(codes.device):
+            _fq_decode[_grid(n)](codes, _scales(amax, qmax, codes.device), out, n, chan[0],
+                                 chan[1], PER_CHANNEL=chan[1] > 1, WIDE=_wide(n), BLOCK=BLOCK)
+    return out
 
 
 def unpack_mask(mask: torch.Tensor, shape: torch.Size, stride: tuple[int, ...]) -> torch.Tensor:
