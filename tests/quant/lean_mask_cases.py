@@ -23,9 +23,7 @@ def main() -> dict[str, str]:
     # serve CPU tensors as CUDA tensors are served: the forward with a packed mask
     _kernels.fake_quant_forward_masked = (
         lambda x, amax, qmin, qmax: triton_kernels.forward(x, amax, qmin, qmax))
-    _kernels.fake_quant_encode_masked = (
-        lambda x, amax, qmin, qmax, codes, out: triton_kernels.encode(x, amax, qmin, qmax, True,
-                                                                      codes, out))
+    _kernels.fake_quant_encode = triton_kernels.encode
     decoded = []  # the one-pass rebuild of the codes must be what backward runs
     _kernels.fake_quant_decode = (
         lambda codes, amax, qmax, dtype: decoded.append(dtype)

@@ -29,7 +29,7 @@ from trtqat.quant import _fused, kernel_loader
 from trtqat.quant._fused import scale_of
 
 __all__ = ["BACKEND", "EXTENSION_ERROR", "GPU_BACKEND", "available_backends", "check_input",
-           "empty_cache", "fake_quant_decode", "fake_quant_encode_masked",
+           "empty_cache", "fake_quant_decode", "fake_quant_encode",
            "fake_quant_forward", "fake_quant_forward_masked",
            "fake_quant_grad_input", "fake_quant_grad_masked", "fake_quant_learnable_grad",
            "hot_kernel", "kernel_report", "pool_stats", "scale_of", "set_backend"]
@@ -200,15 +200,15 @@ def fake_quant_forward_masked(
     return None
 
 
-def fake_quant_encode_masked(
-    x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, codes_dtype: torch.dtype,
-    out_dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """``(y in out_dtype, bit-packed straight-through mask, integer codes)`` from the GPU
-    kernels in one pass; None where they do not apply."""
+def fake_quant_encode(
+    x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, save_mask: bool,
+    codes_dtype: torch.dtype | None, out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
+    """``(y in out_dtype, bit-packed straight-through mask or None, integer codes or None)``
+    from the GPU kernels in one pass; None where they do not apply."""
     _ready(x)
     if x.is_cuda and _fast("cuda"):
-        return _triton.encode(x, amax, qmin, qmax, True, codes_dtype, out_dtype)
+        return _triton.encode(x, amax, qmin, qmax, save_mask, codes_dtype, out_dtype)
     return None
 
 

@@ -141,13 +141,25 @@ def _kept_by_producer(x: torch.Tensor) -> bool:
     return fn is not None and fn.name() in _RESULT_SAVERS
 
 
+def _quantized(t: torch.Tensor, amax: torch.Tensor, bounds: tuple[int, int],
+               cast: torch.dtype | None) -> torch.Tensor:
+    """Fake-quantized ``t``, in the layer's dtype where the GPU kernels make it in the same
+    pass (:func:`_cast` finishes the others)."""
+    encoded = _kernels.fake_quant_encode(t, amax, *bounds, False, None,
+                                         _layer_dtype(t.dtype, cast))
+    return encoded[0] if encoded is not None else _kernels.fake_quant_forward(t, amax, *bounds)[0]
+
+
 def _requant(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
+             cast: torch.dtype | None = None,
              ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """Fake-quantized ``x`` and its straight-through gradient, as ``_FakeQuantFn`` computes
-    them (the bit-packed mask on CUDA, the compiled CPU kernels, else pure PyTorch)."""
-    masked = _kernels.fake_quant_forward_masked(x, amax, qmin, qmax)
-    if masked is not None:
-        y, mask = masked
+    them (the bit-packed mask on CUDA, with ``x`` made in the layer's dtype in the same pass;
+    the compiled CPU kernels; else pure PyTorch)."""
+    encoded = _kernels.fake_quant_encode(x, amax, qmin, qmax, True, None,
+                                         _layer_dtype(x.dtype, cast))
+    if encoded is not None:
+        y, mask, _ = encoded
         return y, lambda g: _kernels.fake_quant_grad_masked(g, mask, x.shape, x.stride())
     if x.dtype != torch.float32 or x.device.type != "cpu":
         # no compiled kernel for these: the pure-PyTorch formulas of ``_fused``, with the
@@ -200,8 +212,8 @@ def _encode_masked(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
     (nothing stalls the stream or breaks a CUDA-graph capture); None where they do not apply
     (the CPU: :func:`_encode`). A NaN input is not looked for here: its loss is NaN, which
     the training loop refuses."""
-    encoded = _kernels.fake_quant_encode_masked(x, amax, qmin, qmax, dtype,
-                                                _layer_dtype(x.dtype, cast))
+    encoded = _kernels.fake_quant_encode(x, amax, qmin, qmax, True, dtype,
+                                         _layer_dtype(x.dtype, cast))
     if encoded is None:
         return None
     y, mask, codes = encoded
@@ -228,7 +240,7 @@ class _LeanQuantFn(torch.autograd.Function):
         ctx.bias_shape = None if bias is None else bias.shape
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.x_dtype = x.dtype
-        wq, _ = _kernels.fake_quant_forward(weight, w_amax, *wb)
+        wq = _quantized(weight, w_amax, wb, cast)
         code_dtype = _code_dtype(*xb)
         encoded = None
         ctx.packed = False  # the mask: bit-packed by the GPU kernels, else a bool tensor
@@ -240,7 +252,7 @@ class _LeanQuantFn(torch.autograd.Function):
                 encoded = _encode(x, x_amax, *xb, code_dtype, ctx.needs_input_grad[0])
         ctx.kept = encoded is None
         if ctx.kept:
-            xq, _ = _kernels.fake_quant_forward(x, x_amax, *xb)
+            xq = _quantized(x, x_amax, xb, cast)
             ctx.save_for_backward(x, weight, x_amax, w_amax, None)
         else:
             xq, codes, mask = encoded
@@ -254,7 +266,7 @@ class _LeanQuantFn(torch.autograd.Function):
         saved, weight, x_amax, w_amax, mask = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         if ctx.kept:
-            xq, x_ste = _requant(saved, x_amax, *ctx.xb)
+            xq, x_ste = _requant(saved, x_amax, *ctx.xb, ctx.cast)
         else:
             xq = _decode(saved, x_amax, ctx.xb[1], ctx.x_dtype, ctx.cast)
             if ctx.packed:
@@ -262,7 +274,7 @@ class _LeanQuantFn(torch.autograd.Function):
                     return _kernels.fake_quant_grad_masked(g, mask, ctx.x_shape, ctx.x_stride)
             else:
                 x_ste = (lambda g: g) if mask is None else (lambda g: g.masked_fill(~mask, 0))
-        wq, w_ste = _requant(weight, w_amax, *ctx.wb)
+        wq, w_ste = _requant(weight, w_amax, *ctx.wb, ctx.cast)
         with _autocast_off(grad.device.type):
             gx, gw, gb = ctx.op.backward(grad, _cast(xq, ctx.cast), _cast(wq, ctx.cast),
                                          ctx.bias_shape, (need_x, need_w, need_b))
