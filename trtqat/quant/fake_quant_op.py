@@ -17,19 +17,35 @@ autograd functions of :mod:`.functional`, whose backward state is smaller). The 
   (batch-norm, ReLU, residual adds) into one generated kernel, and its partitioner decides
   what backward keeps.
 
+What a quantizer calls while traced is :func:`traced`: in training (a gradient wanted) the
+operator inside a non-reentrant activation checkpoint, which marks its decomposed ops "prefer
+recompute" for AOT autograd's partitioner. Backward then rebuilds the fake-quantized tensor
+(for the next layer's backward) and the straight-through mask from what is kept anyway (the
+quantizer's input, or the tensors it is computed from), instead of keeping the quantized copy
+beside the input plus a bool clip mask and a bool ReLU mask: a compiled QAT step saves no
+more than the FP32 one (``benchmarks/qat_saved_memory.py``). Only the quantizers' own ops are
+marked: how the rest of a model (or an unquantized model) is partitioned does not change.
+The recomputed values are the forward's (the same elementwise formulas on the same inputs),
+so gradients do not change. :func:`set_recompute` (or ``TRTQAT_COMPILED_RECOMPUTE=0`` at
+import) turns it off, e.g. to compare.
+
 Calibration is not traced: it stays eager.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from trtqat.quant import _fused, _kernels
 
 __all__ = ["fake_quant", "fake_quant_grad", "fake_quant_learnable_grad",
-           "register_inductor_decompositions"]
+           "register_inductor_decompositions", "recompute", "set_recompute", "traced"]
 
 _DECOMPOSED = False
+_RECOMPUTE = os.environ.get("TRTQAT_COMPILED_RECOMPUTE", "").strip() != "0"
 
 
 @torch.library.custom_op("trtqat::fake_quant", mutates_args=())
@@ -118,3 +134,28 @@ def register_inductor_decompositions() -> bool:
         cached.cache_clear()
     _DECOMPOSED = True
     return True
+
+
+def recompute() -> bool:
+    """Whether traced quantizers are recomputed in backward (see the module docstring)."""
+    return _RECOMPUTE
+
+
+def set_recompute(on: bool) -> bool:
+    """Recompute traced quantizers in backward (True, the default) or let the partitioner
+    keep their outputs and masks (False); returns the previous setting. Takes effect for
+    graphs compiled afterwards (dynamo guards on it: a change recompiles)."""
+    global _RECOMPUTE
+    previous, _RECOMPUTE = _RECOMPUTE, bool(on)
+    return previous
+
+
+def traced(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
+    """:func:`fake_quant` as a quantizer calls it under ``torch.compile``: in training,
+    inside an activation checkpoint so that backward recomputes it (not under
+    ``torch.export``, whose graphs are for inference and deployment)."""
+    if (_RECOMPUTE and torch.is_grad_enabled() and (x.requires_grad or amax.requires_grad)
+            and not torch.compiler.is_exporting()):
+        return checkpoint(fake_quant, x, amax, qmin, qmax, use_reentrant=False,
+                          preserve_rng_state=False)
+    return fake_quant(x, amax, qmin, qmax)
