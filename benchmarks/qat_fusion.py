@@ -19,11 +19,16 @@ compiled step time of each, measured interleaved, and their ratio QAT/FP32.
     python benchmarks/qat_fusion.py --model tiny --steps 2   # a quick check that it runs
 
 Measured with the defaults (torch 2.14 CPU, one thread, a shared and busy 2-core machine):
-FP32 27 generated kernels and 43 library calls, QAT 34 and 43 for 43 enabled quantizers,
-i.e. 0.16 extra kernels per quantizer; 33 of the QAT kernels hold a quantizer and 1 of them
+FP32 27 generated kernels and 43 library calls, QAT 40 and 43 for 43 enabled quantizers,
+i.e. 0.30 extra kernels per quantizer; 39 of the QAT kernels hold a quantizer and 3 of them
 nothing else (the rest are fused with batch-norm, ReLU, residual adds and their backward).
-The compiled QAT step took 1.52x the compiled FP32 step (2004 vs 1259 ms, median of 10
-interleaved pairs): fusion saves launches and memory passes, not the quantizers' arithmetic.
+Since quantizers are recomputed in backward (``trtqat.quant.fake_quant_op.traced``: the
+step keeps less than FP32's), backward rebuilds each quantized convolution input in a kernel
+of its own where it has no neighbour to fuse with; with ``TRTQAT_COMPILED_RECOMPUTE=0`` (the
+quantized copies kept) QAT has 34 kernels, 0.16 per quantizer, 33 rounding, 1 alone. The
+compiled QAT step took 1.10-1.17x the compiled FP32 step in two runs (1.16-1.29x with the
+copies kept; median of 6-10 interleaved pairs, the machine's load varying between runs):
+fusion saves launches and memory passes, not the quantizers' arithmetic.
 """
 
 from __future__ import annotations

@@ -23,15 +23,21 @@ for CPU ones with ``TRTQAT_LEAN_BACKWARD=1``; this script switches it itself), e
 * ``mask``      the CUDA kernels (Triton; without a GPU in Triton's interpreter on the CPU),
                 which keep a bit-packed clip mask;
 * ``compiled``  ``torch.compile`` (``aot_eager_decomp_partition``: inductor's decompositions
-                and partitioner with eager kernels) of FP32 and trtqat: inductor decides
-                what to keep, so kinds are not told apart there (all ``other``).
+                and partitioner with eager kernels; ``--compile-backend inductor`` for the
+                real thing, slower to compile) of FP32 and trtqat: the partitioner decides
+                what to keep, so kinds are not told apart there (all ``other``). ``compiled
+                trtqat`` is what any ``torch.compile`` of a trtqat model keeps (its quantizers
+                are recomputed in backward: ``trtqat.quant.fake_quant_op.traced``);
+                ``compiled keep`` the same model with that turned off
+                (``set_recompute(False)``): the partitioner keeps the quantized copies and
+                bool clip / ReLU masks.
 
 ``--amp bf16`` runs the forward under ``torch.autocast(<device>, dtype=torch.bfloat16)``.
 This runs without a GPU, so it shows what each strategy keeps, not CUDA peak memory
 (``qat_overhead.py --device cuda`` measures that).
 
     python benchmarks/qat_saved_memory.py [--models resnet18,resnet50] [--amp none,bf16]
-        [--batch 4] [--size 64] [--no-compile] [--no-mask]
+        [--batch 4] [--size 64] [--no-compile] [--compile-backend B] [--no-mask]
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from torch import nn  # noqa: E402
 
 import trtqat  # noqa: E402
 from trtqat import quant_modules  # noqa: E402
-from trtqat.quant import _kernels, lean_backward  # noqa: E402
+from trtqat.quant import _kernels, fake_quant_op, lean_backward  # noqa: E402
 from trtqat.quant.tensor_quantizer import TensorQuantizer  # noqa: E402
 
 KINDS = ("q-saved", "fq-act", "fq-wgt", "autocast", "codes", "other")
@@ -185,10 +191,16 @@ def _rows(name: str, amp: str, args: argparse.Namespace) -> dict[str, dict[str, 
             _kernels.fake_quant_forward_masked = saved
             qat.cpu()
     if not args.no_compile:
-        for label, model in (("compiled fp32", fp32), ("compiled trtqat", qat)):
-            torch._dynamo.reset()
-            compiled = torch.compile(model, backend="aot_eager_decomp_partition", dynamic=False)
-            rows[label] = _measure(compiled, x, x2, amp, tag=False)
+        for label, model, recompute in (("compiled fp32", fp32, True),
+                                        ("compiled trtqat", qat, True),
+                                        ("compiled keep", qat, False)):
+            previous = fake_quant_op.set_recompute(recompute)
+            try:
+                torch._dynamo.reset()
+                compiled = torch.compile(model, backend=args.compile_backend, dynamic=False)
+                rows[label] = _measure(compiled, x, x2, amp, tag=False)
+            finally:
+                fake_quant_op.set_recompute(previous)
     return rows
 
 
@@ -228,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> dict[tuple[str, str], dict]:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    p.add_argument("--compile-backend", default="aot_eager_decomp_partition",
+                   help="torch.compile backend of the compiled rows (default "
+                        "aot_eager_decomp_partition: inductor's partitioner, eager kernels)")
     p.add_argument("--no-mask", action="store_true", help="skip the mask (Triton) rows")
     args = p.parse_args(argv)
     amps = [a.strip() for a in args.amp.split(",") if a.strip()]

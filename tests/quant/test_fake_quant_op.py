@@ -108,7 +108,8 @@ def test_quantized_resnet18_traces_without_graph_break():
     explain = torch._dynamo.explain(model.train())(x)
     assert explain.graph_break_count == 0, explain.break_reasons
     assert explain.graph_count == 1
-    code = explain.graphs[0].code
+    # in training each call sits in an activation checkpoint (a subgraph): count them all
+    code = "".join(m.code for m in explain.graphs[0].modules() if hasattr(m, "code"))
     assert code.count("trtqat.fake_quant") >= 2 * 20  # input and weight quantizer of each conv
 
 

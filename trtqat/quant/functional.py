@@ -100,7 +100,8 @@ class _FakeQuantLearnableFn(torch.autograd.Function):
 
 class _Entry:
     """What quantizers call: eager autograd with the fused kernels, the custom op under
-    torch.compile (:mod:`.fake_quant_op`). Inputs that are not floating point are refused."""
+    torch.compile (:func:`.fake_quant_op.traced`: recomputed in backward). Inputs that are
+    not floating point are refused."""
 
     def __init__(self, function: type[torch.autograd.Function]) -> None:
         self.function = function
@@ -108,7 +109,7 @@ class _Entry:
     def apply(self, x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
         _kernels.check_input(x)
         if _is_compiling():
-            return fake_quant_op.fake_quant(x, amax, qmin, qmax)
+            return fake_quant_op.traced(x, amax, qmin, qmax)
         if ((not torch.is_grad_enabled() or not (x.requires_grad or amax.requires_grad))
                 and not _tracing()):
             # nothing to differentiate (evaluation, calibration): the forward kernel alone,

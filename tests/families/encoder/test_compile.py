@@ -21,4 +21,6 @@ def test_quantized_tiny_bert_traces_without_graph_break(tiny, sentences, learn_a
     explain = torch._dynamo.explain(q.train())(batch["input_ids"], batch["attention_mask"])
     torch._dynamo.reset()
     assert explain.graph_break_count == 0, explain.break_reasons
-    assert "trtqat.fake_quant" in explain.graphs[0].code
+    # in training a quantizer sits in an activation checkpoint (a subgraph of the graph)
+    assert any("trtqat.fake_quant" in getattr(m, "code", "")
+               for m in explain.graphs[0].modules())
