@@ -2,6 +2,8 @@
 path), so everything nn.Module.__call__ does must still happen whenever it matters: hooks,
 torch.fx's patched call, and the C++ autograd node must save and release like torch's own."""
 
+import sys
+
 import pytest
 import torch
 from torch import fx, nn
@@ -20,6 +22,20 @@ def _hot_quantizer() -> tuple[quant_nn.TensorQuantizer, torch.Tensor]:
     q(x)  # decided: the next calls take the kernel straight away
     assert q._hot is not None and q._hot[3] is not None
     return q, x
+
+
+@needs_kernel
+def test_a_decided_quantizer_calls_the_kernel_without_its_forward():
+    q, x = _hot_quantizer()
+    called = []
+    sys.setprofile(lambda frame, event, arg: called.append(frame.f_code.co_name)
+                   if event == "call" else None)
+    try:
+        y = q(x)
+    finally:
+        sys.setprofile(None)
+    assert "quantizer_call" in called and "forward" not in called, called
+    assert torch.equal(y, q.forward(x))
 
 
 @needs_kernel
@@ -53,6 +69,30 @@ def test_a_forward_wrapped_on_the_instance_still_runs():
         assert torch.equal(q(x), plain * 3)
     del q.forward
     assert torch.equal(q(x), plain)
+
+
+@needs_kernel
+def test_a_subclass_or_patched_forward_is_never_skipped(monkeypatch):
+    class Logged(quant_nn.TensorQuantizer):
+        calls = 0
+
+        def forward(self, inputs):
+            Logged.calls += 1
+            return super().forward(inputs)
+
+    x = torch.linspace(-2, 2, 16)
+    q = Logged(QuantDescriptor(amax=1.0))
+    for _ in range(3):
+        q(x)
+    assert Logged.calls == 3
+    q, x = _hot_quantizer()
+    seen = []
+    original = quant_nn.TensorQuantizer.forward
+    monkeypatch.setattr(quant_nn.TensorQuantizer, "forward",
+                        lambda self, inputs: seen.append(1) or original(self, inputs))
+    q(x)
+    q(x)
+    assert seen == [1, 1]
 
 
 @needs_kernel

@@ -103,8 +103,9 @@ def quantizer_call(self: Any, *args: Any, **kwargs: Any) -> Any:
     cost when it would do nothing but call ``forward`` (no hook, no ``torch.jit.trace``, no
     ``Module.compile()``, nobody patching it as ``torch.fx`` does). Then the compiled kernel
     straight away when the quantizer's decision names it, its amax is unchanged, nothing is
-    exporting and no instance attribute wraps ``forward`` (as accelerate's hooks do): the
-    result is what ``forward`` returns. Else ``forward``."""
+    exporting and ``forward`` is TensorQuantizer's own (not wrapped on the instance, as
+    accelerate's hooks do, nor overridden by a subclass or patched on the class): the result
+    is what ``forward`` returns. Else ``forward``."""
     if is_compiling():  # dynamo traces this call: nothing read, module dispatch as usual
         return torch.nn.Module.__call__(self, *args, **kwargs)
     d = self.__dict__
@@ -113,7 +114,8 @@ def quantizer_call(self: Any, *args: Any, **kwargs: Any) -> Any:
             or d.get("_compiled_call_impl") is not None):
         return torch.nn.Module.__call__(self, *args, **kwargs)
     hot = d.get("_hot")
-    if hot is not None and hot[3] is not None and "forward" not in d:  # no wrapped forward
+    if (hot is not None and hot[3] is not None and "forward" not in d  # no wrapped forward,
+            and (cls := type(self)).forward is cls._own_forward):  # nor a subclass's, a patch
         amax = d["_buffers"].get("_amax")
         if (hot[0] is amax and hot[2] == _kernels.EPOCH
                 and (hot[1] < 0 or amax._version == hot[1]) and not d["_disabled"]

@@ -278,7 +278,6 @@ class TensorQuantizer(nn.Module):
         del self._amax
         self._amax = nn.Parameter(value)
 
-    # ----------------------------------------------------------------- forward
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Scale by ``pre_quant_scale``, collect statistics, clip, quantize: each if enabled."""
         if self._disabled:
@@ -304,6 +303,7 @@ class TensorQuantizer(nn.Module):
             return _FakeQuant.apply(inputs, amax.detach() if amax.requires_grad else amax,
                                     hot[4], hot[5])
         return self._forward_stages(inputs)
+    _own_forward = forward  # quantizer_call's direct kernel call stands for this forward only
 
     def _forward_stages(self, inputs: torch.Tensor) -> torch.Tensor:
         if self._pre_quant_scale is not None:
