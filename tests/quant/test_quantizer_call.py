@@ -133,3 +133,17 @@ def test_the_kernel_node_saves_through_hooks_and_releases():
     assert packed == []
     out.sum().backward()
     assert torch.equal(inside.grad, torch.ones(16))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_forward_mode_ad_is_refused_not_dropped(requires_grad):
+    """No fast path (C++ node, no-grad kernel call) may drop a forward-mode tangent silently."""
+    import torch.autograd.forward_ad as fwad
+
+    q = quant_nn.TensorQuantizer(QuantDescriptor(amax=1.0))
+    x = torch.linspace(-2, 2, 16)
+    q(x)
+    with fwad.dual_level():
+        dual = fwad.make_dual(x.clone().requires_grad_(requires_grad), torch.ones(16))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            q(dual)

@@ -8,6 +8,7 @@ gradient of ``amax`` (LSQ-style straight-through estimate).
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad as _forward_ad
 
 from trtqat.quant import _kernels, fake_quant_op
 
@@ -111,10 +112,11 @@ class _Entry:
         if _is_compiling():
             return fake_quant_op.traced(x, amax, qmin, qmax)
         if ((not torch.is_grad_enabled() or not (x.requires_grad or amax.requires_grad))
-                and not _tracing()):
+                and not _tracing() and _forward_ad._current_level < 0):
             # nothing to differentiate (evaluation, calibration): the forward kernel alone,
             # without an autograd.Function's cost or the mask a backward would need
-            # (torch.jit.trace records the Function, not the kernels inside it)
+            # (torch.jit.trace records the Function, not the kernels inside it; forward-mode
+            # AD must meet the Function, which says it has no formula)
             return _kernels.fake_quant_forward(x, amax, qmin, qmax)[0]
         return self.function.apply(x, amax, qmin, qmax)
 

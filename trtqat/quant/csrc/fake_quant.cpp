@@ -477,7 +477,8 @@ py::object apply(const py::handle& obj, const at::Tensor& amax_in, int64_t qmin,
     return py::none();
   const at::Tensor& x = THPVariable_Unpack(obj.ptr());
   const Layout L = layout_of(x, amax_in);
-  if (!L.ok) return py::none();
+  // a forward-mode AD tangent: the node has no formula for it (the Python path says so)
+  if (!L.ok || x._fw_grad(/*level=*/0).defined()) return py::none();
   at::Tensor y;
   {
     // the GIL is released for large tensors only: for small ones it costs more than the loop
