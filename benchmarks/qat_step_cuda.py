@@ -5,7 +5,7 @@ trtqat variant whose whole step is one CUDA graph (``--cuda-graphs``).
   from ``torch.profiler`` over a few extra, untimed steps. A step whose GPU busy time is far
   below its wall time while its process CPU time is close to it is host-bound: the GPU waits
   for the host to launch the next kernel, which is what a CUDA graph removes.
-* :class:`GraphedVariant`: a variant of the table (same interface as ``qat_overhead.Variant``)
+* :class:`GraphedVariant`: a variant of the table (same interface as ``qat_step_timing.Variant``)
   stepping through :class:`trtqat.runs.graphed_step.GraphedStep`, with the optimizer
   ``trtqat train --cuda-graphs`` uses (fused SGD, the learning rate a tensor on the GPU).
 """
