@@ -73,7 +73,6 @@ def test_compiled_qat_step_saves_no_more_than_fp32_with_unchanged_gradients(amp)
     ref_bytes, _, _, _ = _step(fp32, x, amp, recompute=True)
     old_bytes, old_dtypes, old_out, old_grads = _step(qat, x, amp, recompute=False)
     new_bytes, new_dtypes, new_out, new_grads = _step(qat, x, amp, recompute=True)
-    # the partitioner alone keeps the quantized copies and bool clip / ReLU masks
     # the partitioner alone keeps the quantized copies beside bool clip and ReLU masks; with
     # the quantizers recomputed in backward, less than FP32 here (it keeps no ReLU output)
     assert torch.bool in old_dtypes and old_bytes > ref_bytes
