@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from train_steps import fit
 
 import trtqat
 from trtqat.errors import CalibrationMethodError, QuantConfigError
@@ -101,13 +102,7 @@ def test_fp8_qat_lowers_the_loss_and_keeps_amax_finite():
     model = trtqat.quantize(_cnn(), {"format": "fp8"}, forward_loop=[images[:16]])
     recipe = qat_recipe(10, 0.5)
     opt = torch.optim.SGD(model.parameters(), lr=recipe.lr * 20, momentum=0.9)
-    losses = []
-    for _ in range(12):
-        loss = nn.functional.cross_entropy(model(images), labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = fit(lambda: nn.functional.cross_entropy(model(images), labels), opt, 12)
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0] * 0.9, losses
     assert model[0].weight.grad is not None and bool(model[0].weight.grad.abs().sum() > 0)

@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 from torch import nn
+from train_steps import fit
 
 import trtqat
 from trtqat.errors import TrtqatError
@@ -90,13 +91,7 @@ def test_qat_learns_the_block_amax_and_lowers_the_loss():
     opt = torch.optim.Adam(ranges, lr=1e-2)
     with torch.no_grad():
         target = teacher(x)
-    losses = []
-    for _ in range(15):
-        loss = nn.functional.mse_loss(student(x), target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = fit(lambda: nn.functional.mse_loss(student(x), target), opt, 15)
     assert not torch.equal(q.amax, start)
     assert losses[-1] < losses[0]
 
