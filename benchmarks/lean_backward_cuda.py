@@ -17,11 +17,12 @@ kernels, no peak memory).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torchvision
@@ -40,11 +41,20 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def _path(lean: bool) -> Iterator[None]:
+    """The lean path (on every device, the CPU included) or the plain one inside the block."""
+    previous = lean_backward.set_enabled(lean)
+    try:
+        yield
+    finally:
+        lean_backward.set_enabled(previous)
+
+
 def _grads(net: nn.Sequential, x: torch.Tensor, lean: bool, amp: bool) -> list[torch.Tensor]:
     net.zero_grad(set_to_none=True)
     x = x.clone().requires_grad_()
-    with lean_backward.disabled() if not lean else torch.enable_grad(), \
-            torch.autocast(DEV[0], dtype=torch.bfloat16, enabled=amp):
+    with _path(lean), torch.autocast(DEV[0], dtype=torch.bfloat16, enabled=amp):
         y = net(x)
     assert (y.grad_fn.name() == "_LeanQuantFnBackward") == lean, y.grad_fn.name()
     (y.float() * torch.linspace(-1, 2, y.numel(), device=y.device).reshape(y.shape)).sum().backward()
@@ -113,8 +123,11 @@ def step_memory(args: argparse.Namespace) -> None:
     opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9) for k, (m, _) in
             variants.items()}
     peak, times = {}, {k: [] for k in variants}
+    names = list(variants)
     for rep in range(args.steps + 1):
-        for name, (model, lean) in variants.items():
+        k = rep % len(names)  # the order rotates every repetition
+        for name in names[k:] + names[:k]:
+            model, lean = variants[name]
             previous = lean_backward.set_enabled(lean)
             _sync()
             cuda = DEV[0] == "cuda"
