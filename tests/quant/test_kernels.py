@@ -1,4 +1,5 @@
-"""The compiled fake-quant kernels (trtqat._C) against the pure-PyTorch reference (_fused)."""
+"""The compiled fake-quant kernels (trtqat._C) against the pure-PyTorch reference (_fused),
+float32 and bfloat16 (what CPU autocast hands the activation quantizers)."""
 
 from __future__ import annotations
 
@@ -86,12 +87,13 @@ def test_backend_is_cpp():
     assert "cpp" in _kernels.available_backends()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_bits,unsigned,narrow", FORMATS)
 @pytest.mark.parametrize("shape,axis", LAYOUTS)
-def test_random_values_match_reference(shape, axis, num_bits, unsigned, narrow):
+def test_random_values_match_reference(shape, axis, num_bits, unsigned, narrow, dtype):
     gen = torch.Generator().manual_seed(hash((shape, axis, num_bits, unsigned, narrow)) % 2**31)
     qmin, qmax = quant_bounds(num_bits, unsigned, narrow)
-    x = torch.randn(shape, generator=gen) * 1.5  # a good part lies beyond amax
+    x = (torch.randn(shape, generator=gen) * 1.5).to(dtype)  # a good part lies beyond amax
     amax = _amax_for(x, axis, gen)
     _check(x, amax, qmin, qmax)
 
@@ -164,8 +166,9 @@ def test_per_tensor_channels_last_and_amax_shapes():
 @pytest.mark.parametrize(
     "x,amax",
     [
-        (torch.randn(4, 6).half(), torch.tensor(1.0)),  # not float32
-        (torch.randn(4, 6).bfloat16(), torch.ones(4, 1)),
+        (torch.randn(4, 6).half(), torch.tensor(1.0)),  # neither float32 nor bfloat16
+        (torch.randn(4, 6).double(), torch.ones(4, 1)),
+        (torch.randn(4, 6).bfloat16(), torch.ones(4, 1, dtype=torch.bfloat16)),  # amax not float32
         (torch.randn(4, 6), torch.tensor(1.0, dtype=torch.float64)),  # amax not float32
         (torch.randn(6, 4).t(), torch.ones(4, 1)),  # non-contiguous, per channel
         (torch.randn(2, 8, 3, 3).contiguous(memory_format=torch.channels_last),
@@ -189,6 +192,44 @@ def test_unsupported_inputs_fall_back(x, amax):
         torch.testing.assert_close(
             _kernels.fake_quant_grad_input(grad, x, amax.float(), -127, 127),
             _fused.fake_quant_grad_input(grad, x, amax.float(), -127, 127), **EXACT)
+
+
+@pytest.mark.parametrize("num_bits,unsigned,narrow", [(8, False, True), (8, True, False),
+                                                     (4, False, False)])
+@pytest.mark.parametrize("axis", [None, 0])
+def test_bfloat16_ties_and_rounding_to_bfloat16(num_bits, unsigned, narrow, axis):
+    """Values exactly k + 0.5 steps (every one a bfloat16) round half to even; results that
+    are not bfloat16 values (steps of 0.3) are rounded to bfloat16 once, as .to() does."""
+    qmin, qmax = quant_bounds(num_bits, unsigned, narrow)
+    k = torch.arange(qmin - 3, qmax + 3, dtype=torch.float32)
+    halves = torch.cat([k + 0.5, -(k + 0.5), k]) * 0.25
+    x = torch.stack([halves, halves * 1.3]).bfloat16()
+    amax = torch.tensor(qmax * 0.25) if axis is None else torch.tensor([[qmax * 0.25], [qmax * 0.3]])
+    assert bool(((x[0].float() / _fused.scale_of(torch.tensor(qmax * 0.25), qmax)).frac().abs()
+                 == 0.5).any())
+    assert _check(x, amax, qmin, qmax)
+
+
+def test_bfloat16_non_finite_inputs_and_gradients():
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([nan, inf, -inf, 0.0, -0.0, 1e30, -1e-30, 0.3, 5.0, -5.0]).bfloat16()
+    assert _check(x, torch.tensor(1.0), -127, 127) is True
+    grad = torch.tensor([1.0, inf, -inf, nan, -2.0, nan, -inf, 3.0, -1.0, inf]).bfloat16()
+    torch.testing.assert_close(_C.fake_quant_grad_input(grad, x, torch.tensor(1.0), -127, 127),
+                               _fused.fake_quant_grad_input(grad, x, torch.tensor(1.0), -127, 127),
+                               **EXACT)
+
+
+def test_bfloat16_autograd_node_and_mixed_grad_dtype():
+    x = (torch.randn(3, 4, 5) * 2).bfloat16().requires_grad_()
+    amax = torch.tensor(1.0)
+    y = _C.fake_quant_apply(x, amax, -127, 127, False)
+    assert y.dtype == torch.bfloat16 and y.grad_fn.name() == "FakeQuantBackward"
+    grad = torch.randn(3, 4, 5).bfloat16()
+    y.backward(grad)
+    torch.testing.assert_close(x.grad, _fused.fake_quant_grad_input(grad, x.detach(), amax, -127,
+                                                                    127), **EXACT)
+    assert _C.fake_quant_grad_input(grad.float(), x.detach(), amax, -127, 127) is None
 
 
 def test_grad_with_other_layout_falls_back():

@@ -2,8 +2,9 @@
 
 * CUDA tensors (float32/float16/bfloat16, any dense layout): the Triton kernels of
   :mod:`.triton_kernels`, imported on the first CUDA tensor;
-* float32 CPU tensors: the compiled C++ kernel (``trtqat._C`` built at install time, or the
-  same source compiled once on first use into a per-user cache: :mod:`.kernel_loader`);
+* float32 and bfloat16 CPU tensors (bfloat16: what CPU autocast hands the activation
+  quantizers): the compiled C++ kernel (``trtqat._C`` built at install time, or the same
+  source compiled once on first use into a per-user cache: :mod:`.kernel_loader`);
 * everything else (other dtypes, non-dense layouts, multi-axis amax, tracing under
   ``torch.compile``): the pure-PyTorch kernels of :mod:`._fused`. All give bit-identical values.
 
@@ -252,7 +253,7 @@ def kernel_report() -> dict[str, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _resolve(kind)
-    cpu = f"compiled C++ for float32, {getattr(_C, '__file__', '?')}" if _C is not None else \
+    cpu = f"compiled C++ for float32/bfloat16, {getattr(_C, '__file__', '?')}" if _C is not None else \
         f"pytorch - {_MISSING.get('cpu', 'not available')}"
     if _C is not None and not hasattr(_C, "fake_quant_apply"):
         cpu += ("; built from an older source, without the one-call quantizer path: rebuild "

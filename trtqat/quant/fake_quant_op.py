@@ -4,8 +4,8 @@ This is what a quantizer calls while ``torch.compile`` traces it (eager mode kee
 autograd functions of :mod:`.functional`, whose backward state is smaller). The operator has
 
 * a real implementation: the fastest kernels for the tensor (:mod:`._kernels`: Triton on
-  CUDA, compiled C++ for float32 CPU, else pure PyTorch) - used when a compiled graph keeps
-  the operator (``backend="eager"`` / ``"aot_eager"``);
+  CUDA, compiled C++ for float32/bfloat16 CPU, else pure PyTorch) - used when a compiled
+  graph keeps the operator (``backend="eager"`` / ``"aot_eager"``);
 * a fake (meta) implementation, so Dynamo traces it without running it: no graph break;
 * registered autograd: the backward is a second custom operator, ``fake_quant_grad`` (input
   gradient, straight-through with clipping), or ``fake_quant_learnable_grad`` when ``amax``

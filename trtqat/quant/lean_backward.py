@@ -161,7 +161,7 @@ def _requant(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
     if encoded is not None:
         y, mask, _ = encoded
         return y, lambda g: _kernels.fake_quant_grad_masked(g, mask, x.shape, x.stride())
-    if x.dtype != torch.float32 or x.device.type != "cpu":
+    if x.dtype not in (torch.float32, torch.bfloat16) or x.device.type != "cpu":
         # no compiled kernel for these: the pure-PyTorch formulas of ``_fused``, with the
         # rounding shared by the value and the mask (one pass less than calling both)
         scale = _kernels.scale_of(amax, qmax)

@@ -21,9 +21,11 @@
 //   plain torch::autograd::Node, as torch's generated ops build theirs.
 //
 // Accepted inputs (anything else returns None and the caller uses the PyTorch path):
-// plain float32 CPU tensors; x contiguous (or, per tensor, any dense layout); amax float32 CPU
-// with one element (per tensor) or keep-dim broadcastable to x with a single non-1 dim equal
-// to x's size there (per channel along one axis); grad float32 with x's layout.
+// plain float32 or bfloat16 CPU tensors (bfloat16, as autocast hands activations over, is
+// computed in float32 and rounded to bfloat16 once, as the reference's .to(x.dtype) does); x
+// contiguous (or, per tensor, any dense layout); amax float32 CPU with one element (per
+// tensor) or keep-dim broadcastable to x with a single non-1 dim equal to x's size there (per
+// channel along one axis); grad of x's dtype and layout.
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
@@ -44,6 +46,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -82,51 +85,112 @@ inline float fq_one(float x, float s, float lo, float hi, int& clipped) {
   return q * s;
 }
 
-// One scale for the whole run. Returns nonzero if any element was clipped (or NaN).
-TRTQAT_CLONES
-int fq_fwd_scalar(const float* __restrict x, float* __restrict y, int64_t n, float s, float lo,
-                  float hi) {
+// Storage types: float32 as float, bfloat16 as its bits (uint16_t). Loads widen to float;
+// bfloat16 stores round to nearest even as torch's float -> bfloat16 conversion does (any
+// NaN becomes a quiet NaN).
+#define TRTQAT_INLINE inline __attribute__((always_inline))
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_bit_cast)
+#define TRTQAT_BIT_CAST 1  // vectorises where memcpy may not
+#endif
+#endif
+
+template <typename To, typename From>
+TRTQAT_INLINE To bit_cast(From v) {
+#ifdef TRTQAT_BIT_CAST
+  return __builtin_bit_cast(To, v);
+#else
+  To out;
+  std::memcpy(&out, &v, sizeof out);
+  return out;
+#endif
+}
+
+TRTQAT_INLINE float load(float v) { return v; }
+TRTQAT_INLINE float load(uint16_t b) { return bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+TRTQAT_INLINE void store(float* d, float v) { *d = v; }
+TRTQAT_INLINE void store(uint16_t* d, float v) {
+  const uint32_t u = bit_cast<uint32_t>(v);
+  const uint32_t r = (u + ((u >> 16) & 1u) + 0x7FFFu) >> 16;
+  *d = v != v ? static_cast<uint16_t>(0x7FC0) : static_cast<uint16_t>(r);
+}
+
+// grad * keep (keep 0 or 1) in grad's storage type: for bfloat16 without a round trip through
+// float, grad itself or a zero of its sign (NaN where grad is NaN or infinite, as inf * 0 is)
+TRTQAT_INLINE float grad_keep(float g, float keep) { return g * keep; }
+TRTQAT_INLINE uint16_t grad_keep(uint16_t g, float keep) {
+  const bool special = (g & 0x7FFFu) >= 0x7F80u;
+  const uint16_t zero = special ? static_cast<uint16_t>(0x7FC0) : static_cast<uint16_t>(g & 0x8000u);
+  return keep != 0.0f ? g : zero;
+}
+
+// The loops below: one scale for the whole run (scalar) or one per element (vector: the
+// channel is the innermost dimension, s[i] goes with x[i]). The forward returns nonzero if
+// any element was clipped (or NaN).
+template <typename T>
+TRTQAT_INLINE int fwd_scalar(const T* __restrict x, T* __restrict y, int64_t n, float s, float lo,
+                             float hi) {
   int clipped = 0;
-  for (int64_t i = 0; i < n; ++i) y[i] = fq_one(x[i], s, lo, hi, clipped);
+  for (int64_t i = 0; i < n; ++i) store(y + i, fq_one(load(x[i]), s, lo, hi, clipped));
   return clipped;
 }
 
-// One scale per element (the channel is the innermost dimension): s[i] goes with x[i].
-TRTQAT_CLONES
-int fq_fwd_vector(const float* __restrict x, float* __restrict y, int64_t n,
-                  const float* __restrict s, float lo, float hi) {
+template <typename T>
+TRTQAT_INLINE int fwd_vector(const T* __restrict x, T* __restrict y, int64_t n,
+                             const float* __restrict s, float lo, float hi) {
   int clipped = 0;
-  for (int64_t i = 0; i < n; ++i) y[i] = fq_one(x[i], s[i], lo, hi, clipped);
+  for (int64_t i = 0; i < n; ++i) store(y + i, fq_one(load(x[i]), s[i], lo, hi, clipped));
   return clipped;
 }
 
-TRTQAT_CLONES
-void fq_bwd_scalar(const float* __restrict g, const float* __restrict x, float* __restrict out,
-                   int64_t n, float s, float lo, float hi) {
-  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] / s;
-    float w = v < lo1 ? lo1 : v;
-    w = w > hi1 ? hi1 : w;
-    const float r = (w + kMagic) - kMagic;
-    const float m = ((r >= lo) & (r <= hi)) ? 1.0f : 0.0f;
-    out[i] = g[i] * m;
-  }
+// 1 where round(x / s) lies in [lo, hi] (x kept its gradient), else 0
+TRTQAT_INLINE float keep_one(float x, float s, float lo, float hi) {
+  const float v = x / s;
+  float w = v < lo - 1.0f ? lo - 1.0f : v;
+  w = w > hi + 1.0f ? hi + 1.0f : w;
+  const float r = (w + kMagic) - kMagic;
+  return ((r >= lo) & (r <= hi)) ? 1.0f : 0.0f;
 }
 
-TRTQAT_CLONES
-void fq_bwd_vector(const float* __restrict g, const float* __restrict x, float* __restrict out,
-                   int64_t n, const float* __restrict s, float lo, float hi) {
-  const float lo1 = lo - 1.0f, hi1 = hi + 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] / s[i];
-    float w = v < lo1 ? lo1 : v;
-    w = w > hi1 ? hi1 : w;
-    const float r = (w + kMagic) - kMagic;
-    const float m = ((r >= lo) & (r <= hi)) ? 1.0f : 0.0f;
-    out[i] = g[i] * m;
-  }
+template <typename T>
+TRTQAT_INLINE void bwd_scalar(const T* __restrict g, const T* __restrict x, T* __restrict out,
+                              int64_t n, float s, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) out[i] = grad_keep(g[i], keep_one(load(x[i]), s, lo, hi));
 }
+
+template <typename T>
+TRTQAT_INLINE void bwd_vector(const T* __restrict g, const T* __restrict x, T* __restrict out,
+                              int64_t n, const float* __restrict s, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) out[i] = grad_keep(g[i], keep_one(load(x[i]), s[i], lo, hi));
+}
+
+// Each loop compiled once per vector ISA (the clones), for each storage type (overloads).
+#define TRTQAT_LOOPS(T)                                                                            \
+  TRTQAT_CLONES int fq_fwd_scalar(const T* x, T* y, int64_t n, float s, float lo, float hi) {      \
+    return fwd_scalar(x, y, n, s, lo, hi);                                                         \
+  }                                                                                                \
+  TRTQAT_CLONES int fq_fwd_vector(const T* x, T* y, int64_t n, const float* s, float lo,           \
+                                  float hi) {                                                      \
+    return fwd_vector(x, y, n, s, lo, hi);                                                         \
+  }                                                                                                \
+  TRTQAT_CLONES void fq_bwd_scalar(const T* g, const T* x, T* out, int64_t n, float s, float lo,   \
+                                   float hi) {                                                     \
+    bwd_scalar(g, x, out, n, s, lo, hi);                                                           \
+  }                                                                                                \
+  TRTQAT_CLONES void fq_bwd_vector(const T* g, const T* x, T* out, int64_t n, const float* s,      \
+                                   float lo, float hi) {                                           \
+    bwd_vector(g, x, out, n, s, lo, hi);                                                           \
+  }                                                                                                \
+  TRTQAT_CLONES int any_negative(const T* x, int64_t n) {                                          \
+    int neg = 0;                                                                                   \
+    for (int64_t i = 0; i < n; ++i) neg |= load(x[i]) < 0.0f;                                      \
+    return neg;                                                                                    \
+  }
+
+TRTQAT_LOOPS(float)
+TRTQAT_LOOPS(uint16_t)
+#undef TRTQAT_LOOPS
 
 // ----------------------------------------------------------------- layout
 struct Layout {
@@ -134,9 +198,9 @@ struct Layout {
   int64_t outer = 1, channels = 1, inner = 1;  // x viewed as (outer, channels, inner)
 };
 
-// A plain dense float32 CPU tensor with memory behind it: no tensor subclass (FakeTensor,
-// DTensor, ...), functorch wrapper, lazy conj/neg bit or other dispatch layer.
-bool is_cpu_f32(const at::Tensor& t) {
+// A plain dense CPU tensor of dtype `dtype` with memory behind it: no tensor subclass
+// (FakeTensor, DTensor, ...), functorch wrapper, lazy conj/neg bit or other dispatch layer.
+bool is_cpu_plain(const at::Tensor& t, at::ScalarType dtype) {
   static const c10::DispatchKeySet kExotic({c10::DispatchKey::Python,
                                             c10::DispatchKey::PythonTLSSnapshot,
                                             c10::DispatchKey::Functionalize,
@@ -145,15 +209,22 @@ bool is_cpu_f32(const at::Tensor& t) {
                                             c10::DispatchKey::Conjugate,
                                             c10::DispatchKey::Negative,
                                             c10::DispatchKey::ZeroTensor});
-  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == dtype &&
          t.layout() == at::kStrided && !t.key_set().has_any(kExotic) && t.has_storage() &&
          (t.numel() == 0 || t.const_data_ptr() != nullptr);
+}
+
+bool is_cpu_f32(const at::Tensor& t) { return is_cpu_plain(t, at::kFloat); }
+
+// x's dtype is one the loops store: float32 or bfloat16
+bool is_cpu_input(const at::Tensor& t) {
+  return is_cpu_f32(t) || is_cpu_plain(t, at::kBFloat16);
 }
 
 // How x and amax line up; ok=false when the kernel does not handle the combination.
 Layout layout_of(const at::Tensor& x, const at::Tensor& amax) {
   Layout L;
-  if (!is_cpu_f32(x) || !is_cpu_f32(amax)) return L;
+  if (!is_cpu_input(x) || !is_cpu_f32(amax)) return L;
   const int64_t xd = x.dim(), ad = amax.dim();
   if (ad > xd) return L;  // broadcasting would grow the result
   if (amax.numel() == 1) {
@@ -241,14 +312,14 @@ class OutputPool {
     return *pool;
   }
 
-  // A float32 CPU tensor with x's sizes and strides (x dense, non-overlapping), allocated
+  // A CPU tensor with x's sizes, strides and dtype (x dense, non-overlapping), allocated
   // without a trip through the dispatcher (which costs more than a small kernel's loop).
   static at::Tensor fresh_like(const at::Tensor& x) {
-    return at::detail::empty_strided_cpu(x.sizes(), x.strides(), at::kFloat);
+    return at::detail::empty_strided_cpu(x.sizes(), x.strides(), x.scalar_type());
   }
 
   at::Tensor empty_like(const at::Tensor& x) {
-    const int64_t nbytes = x.numel() * static_cast<int64_t>(sizeof(float));
+    const int64_t nbytes = x.numel() * static_cast<int64_t>(x.element_size());
     if (nbytes < kMinBytes || cap_bytes_ <= 0) return fresh_like(x);
     c10::intrusive_ptr<c10::StorageImpl> found;
     {
@@ -327,54 +398,82 @@ class OutputPool {
 };
 
 // ----------------------------------------------------------------- ops
-// y = fake_quant(x) into a (pooled) new tensor; returns whether any element was clipped.
+// The elements of t as storage type T (float, or bfloat16's bits)
+template <typename T>
+const T* elements(const at::Tensor& t) {
+  return static_cast<const T*>(t.const_data_ptr());
+}
+template <typename T>
+T* elements_mut(at::Tensor& t) {
+  return static_cast<T*>(t.mutable_data_ptr());
+}
+
+// Calls f with a value of x's storage type (float32 or bfloat16; layout_of admitted it).
+template <typename F>
+decltype(auto) with_type(const at::Tensor& x, F&& f) {
+  if (x.scalar_type() == at::kBFloat16) return f(uint16_t{});
+  return f(float{});
+}
+
+// y = fake_quant(x) into a (pooled) new tensor of x's dtype; returns whether any element
+// was clipped.
 bool forward_into(const at::Tensor& x, const at::Tensor& amax, const Layout& L, int64_t qmin,
                   int64_t qmax, at::Tensor& y) {
   y = OutputPool::get().empty_like(x);
   const int64_t n = x.numel();
   const std::vector<float> scales = scales_of(amax, qmax);
-  const float* xp = x.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
   const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
   std::atomic<int> any{0};
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    int c = 0;
-    for_each_run(
-        L, scales.data(), begin, end,
-        [&](int64_t i, int64_t len, float s) { c |= fq_fwd_scalar(xp + i, yp + i, len, s, lo, hi); },
-        [&](int64_t i, int64_t len, const float* s) {
-          c |= fq_fwd_vector(xp + i, yp + i, len, s, lo, hi);
-        });
-    if (c) any.store(1, std::memory_order_relaxed);
+  with_type(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = elements<T>(x);
+    T* yp = elements_mut<T>(y);
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+      int c = 0;
+      for_each_run(
+          L, scales.data(), begin, end,
+          [&](int64_t i, int64_t len, float s) {
+            c |= fq_fwd_scalar(xp + i, yp + i, len, s, lo, hi);
+          },
+          [&](int64_t i, int64_t len, const float* s) {
+            c |= fq_fwd_vector(xp + i, yp + i, len, s, lo, hi);
+          });
+      if (c) any.store(1, std::memory_order_relaxed);
+    });
   });
   return any.load() != 0;
 }
 
+// grad where x was not clipped, 0 elsewhere (grad: x's dtype, sizes and strides)
 at::Tensor grad_into(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& amax,
                      const Layout& L, int64_t qmin, int64_t qmax) {
   at::Tensor out = OutputPool::get().empty_like(x);
   const int64_t n = x.numel();
   const std::vector<float> scales = scales_of(amax, qmax);
-  const float* xp = x.data_ptr<float>();
-  const float* gp = grad.data_ptr<float>();
-  float* op = out.data_ptr<float>();
   const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    for_each_run(
-        L, scales.data(), begin, end,
-        [&](int64_t i, int64_t len, float s) { fq_bwd_scalar(gp + i, xp + i, op + i, len, s, lo, hi); },
-        [&](int64_t i, int64_t len, const float* s) {
-          fq_bwd_vector(gp + i, xp + i, op + i, len, s, lo, hi);
-        });
+  with_type(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = elements<T>(x);
+    const T* gp = elements<T>(grad);
+    T* op = elements_mut<T>(out);
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+      for_each_run(
+          L, scales.data(), begin, end,
+          [&](int64_t i, int64_t len, float s) {
+            fq_bwd_scalar(gp + i, xp + i, op + i, len, s, lo, hi);
+          },
+          [&](int64_t i, int64_t len, const float* s) {
+            fq_bwd_vector(gp + i, xp + i, op + i, len, s, lo, hi);
+          });
+    });
   });
   return out;
 }
 
-TRTQAT_CLONES
-int any_negative(const float* __restrict x, int64_t n) {
-  int neg = 0;
-  for (int64_t i = 0; i < n; ++i) neg |= x[i] < 0.0f;
-  return neg;
+// grad has x's dtype, sizes and strides (what grad_into reads it as)
+bool grad_fits(const at::Tensor& grad, const at::Tensor& x) {
+  return is_cpu_plain(grad, x.scalar_type()) && grad.sizes() == x.sizes() &&
+         grad.strides() == x.strides();
 }
 
 py::object forward(const at::Tensor& x, const at::Tensor& amax, int64_t qmin, int64_t qmax) {
@@ -394,9 +493,7 @@ py::object grad_input(const at::Tensor& grad, const at::Tensor& x, const at::Ten
                       int64_t qmin, int64_t qmax) {
   if (!bounds_ok(qmin, qmax)) return py::none();
   const Layout L = layout_of(x, amax);
-  if (!L.ok || !is_cpu_f32(grad) || grad.sizes() != x.sizes() ||
-      grad.strides() != x.strides())
-    return py::none();
+  if (!L.ok || !grad_fits(grad, x)) return py::none();
   at::Tensor out;
   {
     py::gil_scoped_release no_gil;
@@ -420,7 +517,7 @@ struct FakeQuantBackward : public torch::autograd::Node {
     const at::Tensor x = x_.unpack(getptr());
     const at::Tensor amax = amax_.unpack(getptr());
     const Layout L = layout_of(x, amax);
-    if (!is_cpu_f32(grad) || grad.sizes() != x.sizes() || grad.strides() != x.strides()) {
+    if (!grad_fits(grad, x)) {
       // e.g. the expanded ones of y.sum().backward(): same values in x's layout
       at::Tensor dense = at::empty_like(x);
       dense.copy_(grad);
@@ -484,7 +581,10 @@ py::object apply(const py::handle& obj, const at::Tensor& amax_in, int64_t qmin,
     // the GIL is released for large tensors only: for small ones it costs more than the loop
     std::optional<py::gil_scoped_release> no_gil;
     if (x.numel() >= kGrain) no_gil.emplace();
-    if (!check_negative || !any_negative(x.data_ptr<float>(), x.numel())) {
+    const bool negative = check_negative && with_type(x, [&](auto tag) {
+      return any_negative(elements<decltype(tag)>(x), x.numel()) != 0;
+    });
+    if (!negative) {
       const at::Tensor amax = amax_in.requires_grad() ? amax_in.detach() : amax_in;
       if (at::GradMode::is_enabled() && x.requires_grad()) {
         y = forward_with_grad(x, amax, L, qmin, qmax);
