@@ -48,3 +48,27 @@ def test_cuda_tensors_use_triton_and_keep_only_a_packed_mask():
     y.float().sum().backward()
     ref = torch.fake_quantize_per_tensor_affine(x.detach().float(), 1.0 / 127, 0, -127, 127)
     torch.testing.assert_close(y.float(), ref.to(torch.bfloat16).float(), rtol=0, atol=1e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_triton
+@pytest.mark.parametrize("backend", ["triton", "pytorch"])
+def test_cuda_scale_is_the_ieee_quotient_as_on_the_cpu(backend):
+    """On CUDA, torch computes ``tensor / python_number`` as a product with the number's
+    rounded reciprocal; both GPU backends must divide exactly, as the CPU kernels and ONNX
+    Runtime do, or every quantized value of such an amax differs in its last bit."""
+    from trtqat.quant import _fused, _kernels
+
+    cases = [(0.17511109, 127), (6.8585644, 127), (6.373247, 7), (2.7051692, 255)]
+    _kernels.set_backend(backend)
+    try:
+        for a, qmax in cases:
+            amax = torch.tensor(a)
+            assert not torch.equal(amax * (1.0 / torch.tensor(float(qmax))), amax / qmax)
+            x = torch.linspace(-1.5 * a, 1.5 * a, 4099)
+            want = _fused.fake_quant_forward(x, amax, -qmax, qmax)[0]
+            assert torch.equal(_fused.scale_of(amax.cuda(), qmax).cpu(), _fused.scale_of(amax, qmax))
+            got = _kernels.fake_quant_forward(x.cuda(), amax.cuda(), -qmax, qmax)[0]
+            assert torch.equal(got.cpu(), want), (a, qmax)
+    finally:
+        _kernels.set_backend(None)

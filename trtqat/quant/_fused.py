@@ -19,8 +19,16 @@ _MIN_SCALE = torch.finfo(torch.float32).tiny
 
 
 def scale_of(amax: torch.Tensor, qmax: int) -> torch.Tensor:
-    """Quantization step for ``amax`` (float32, never 0)."""
-    return (amax.float() / qmax).clamp_min(_MIN_SCALE)
+    """Quantization step for ``amax`` (float32, never 0): ``amax / qmax`` by IEEE division.
+
+    On CUDA torch divides by a Python number as a product with its rounded reciprocal, which
+    can differ in the last bit (and move a tie by one code); a tensor divisor divides exactly,
+    as on the CPU, in the Triton kernels and in ONNX Runtime's QuantizeLinear.
+    """
+    a = amax.float()
+    if a.is_cuda:
+        return (a / torch.full((), float(qmax), device=a.device)).clamp_min(_MIN_SCALE)
+    return (a / qmax).clamp_min(_MIN_SCALE)
 
 
 def fake_quant_forward(

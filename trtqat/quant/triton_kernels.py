@@ -18,6 +18,10 @@ Rounding is half-to-even like ``torch.round``: after clamping to ``[qmin - 1, qm
 magic-number addition ``(v + 1.5 * 2**23) - 1.5 * 2**23`` rounds exactly (|v| <= 2**22); a
 value rounded outside ``[qmin, qmax]`` is clipped, exactly as when rounding the unclamped
 value. Division is IEEE (``div_rn``), so results equal the pure-PyTorch kernels bit for bit.
+The scale is computed in the kernels too, from ``amax`` as given (no extra launch per call):
+``max(amax / qmax, FLT_MIN)`` by IEEE division, as torch computes it on the CPU and ONNX
+Runtime does, not as torch's CUDA division by a Python number (a product with its rounded
+reciprocal, which can differ in the last bit).
 
 CPU tensors are accepted only under Triton's interpreter (``TRITON_INTERPRET=1`` set before
 triton is imported), which is how the tests check these kernels without a GPU.
@@ -37,7 +41,6 @@ __all__ = ["BLOCK", "decode", "encode", "forward", "grad_from_mask", "learnable_
 BLOCK = 1024  # elements per program; a multiple of 8 (one mask byte holds 8 elements)
 _ROUND = 12582912.0  # 1.5 * 2**23
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_MIN_SCALE = torch.finfo(torch.float32).tiny
 
 
 @triton.jit
@@ -51,14 +54,23 @@ def _block(n, WIDE: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL: tl.constexpr):
-    """``(x / s, round(clamp(x / s, qmin - 1, qmax + 1)), s, channel)`` in float32."""
-    x = tl.load(x_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+def _scale(amax_ptr, offs, valid, cstride, nch, qmax, PER_CHANNEL: tl.constexpr):
+    """``(s, channel)``: the step ``max(amax / qmax, FLT_MIN)`` in float32 (IEEE division; a
+    NaN amax stays NaN, as torch's ``clamp_min``) of each element, and its channel."""
     ch = (offs // cstride) % nch
     if PER_CHANNEL:
-        s = tl.load(scale_ptr + ch, mask=valid, other=1.0)
+        a = tl.load(amax_ptr + ch, mask=valid, other=1.0).to(tl.float32)
     else:
-        s = tl.load(scale_ptr)
+        a = tl.load(amax_ptr).to(tl.float32)
+    s = tl.math.div_rn(a, qmax)
+    return tl.where(s < 1.1754943508222875e-38, 1.1754943508222875e-38, s), ch
+
+
+@triton.jit
+def _quantize(x_ptr, amax_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL: tl.constexpr):
+    """``(x / s, round(clamp(x / s, qmin - 1, qmax + 1)), s, channel)`` in float32."""
+    x = tl.load(x_ptr + offs, mask=valid, other=0.0).to(tl.float32)
+    s, ch = _scale(amax_ptr, offs, valid, cstride, nch, qmax, PER_CHANNEL)
     q = tl.math.div_rn(x, s)
     qc = tl.clamp(q, qmin - 1.0, qmax + 1.0, propagate_nan=tl.PropagateNan.ALL)
     return q, (qc + 12582912.0) - 12582912.0, s, ch
@@ -77,11 +89,11 @@ def _store(y_ptr, offs, y, valid):
 
 
 @triton.jit
-def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, codes_ptr, n, nbytes, cstride, nch, qmin,
+def _fq_forward(x_ptr, y_ptr, amax_ptr, mask_ptr, codes_ptr, n, nbytes, cstride, nch, qmin,
                 qmax, PER_CHANNEL: tl.constexpr, SAVE_MASK: tl.constexpr,
                 SAVE_CODES: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
     pid, offs, valid = _block(n, WIDE, BLOCK)
-    q, r, s, _ = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL)
+    q, r, s, _ = _quantize(x_ptr, amax_ptr, offs, valid, cstride, nch, qmin, qmax, PER_CHANNEL)
     code = tl.clamp(r, qmin, qmax, propagate_nan=tl.PropagateNan.ALL)
     _store(y_ptr, offs, code * s, valid)
     if SAVE_CODES:
@@ -95,14 +107,11 @@ def _fq_forward(x_ptr, y_ptr, scale_ptr, mask_ptr, codes_ptr, n, nbytes, cstride
 
 
 @triton.jit
-def _fq_decode(codes_ptr, scale_ptr, out_ptr, n, cstride, nch, PER_CHANNEL: tl.constexpr,
+def _fq_decode(codes_ptr, amax_ptr, out_ptr, n, cstride, nch, qmax, PER_CHANNEL: tl.constexpr,
                WIDE: tl.constexpr, BLOCK: tl.constexpr):
     _, offs, valid = _block(n, WIDE, BLOCK)
     code = tl.load(codes_ptr + offs, mask=valid, other=0).to(tl.float32)
-    if PER_CHANNEL:
-        s = tl.load(scale_ptr + (offs // cstride) % nch, mask=valid, other=1.0)
-    else:
-        s = tl.load(scale_ptr)
+    s, _ = _scale(amax_ptr, offs, valid, cstride, nch, qmax, PER_CHANNEL)
     _store(out_ptr, offs, code * s, valid)
 
 
@@ -120,10 +129,10 @@ def _fq_grad_from_mask(g_ptr, mask_ptr, out_ptr, n, nbytes, WIDE: tl.constexpr,
 
 
 @triton.jit
-def _fq_learnable_grad(g_ptr, x_ptr, scale_ptr, gx_ptr, gamax_ptr, n, cstride, nch, qmin, qmax,
+def _fq_learnable_grad(g_ptr, x_ptr, amax_ptr, gx_ptr, gamax_ptr, n, cstride, nch, qmin, qmax,
                        PER_CHANNEL: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
     pid, offs, valid = _block(n, WIDE, BLOCK)
-    q, r, s, ch = _quantize(x_ptr, scale_ptr, offs, valid, cstride, nch, qmin, qmax,
+    q, r, s, ch = _quantize(x_ptr, amax_ptr, offs, valid, cstride, nch, qmin, qmax,
                             PER_CHANNEL)
     graw = tl.load(g_ptr + offs, mask=valid, other=0.0)
     g = graw.to(tl.float32)
@@ -186,8 +195,13 @@ def _channel(x: torch.Tensor, amax: torch.Tensor) -> tuple[int, int] | None:
     return x.stride(axes[0]), x.shape[axes[0]]
 
 
-def _scales(amax: torch.Tensor, qmax: int, device: torch.device) -> torch.Tensor:
-    return (amax.detach().to(device=device, dtype=torch.float32).reshape(-1) / qmax).clamp_min(_MIN_SCALE)
+def _amax_arg(amax: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``amax`` as the kernels read it: its elements in order, on ``device`` (a view where it
+    is already there; the kernels compute the scale from it)."""
+    flat = amax.detach().reshape(-1)
+    if flat.device != device:
+        flat = flat.to(device)
+    return flat if flat.is_contiguous() else flat.contiguous()
 
 
 def _grid(n: int) -> tuple[int]:
@@ -244,7 +258,7 @@ def encode(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int, save_mask:
     if n:
         with _launch_context(x.device):
             _fq_forward[_grid(n)](
-                x, y, _scales(amax, qmax, x.device), mask if save_mask else y,
+                x, y, _amax_arg(amax, x.device), mask if save_mask else y,
                 y if codes is None else codes, n, _mask_bytes(n), chan[0], chan[1], float(qmin),
                 float(qmax), PER_CHANNEL=chan[1] > 1, SAVE_MASK=save_mask,
                 SAVE_CODES=codes is not None, WIDE=_wide(n), BLOCK=BLOCK)
@@ -265,8 +279,9 @@ def decode(codes: torch.Tensor, amax: torch.Tensor, qmax: int, dtype: torch.dtyp
     n = codes.numel()
     if n:
         with _launch_context(codes.device):
-            _fq_decode[_grid(n)](codes, _scales(amax, qmax, codes.device), out, n, chan[0],
-                                 chan[1], PER_CHANNEL=chan[1] > 1, WIDE=_wide(n), BLOCK=BLOCK)
+            _fq_decode[_grid(n)](codes, _amax_arg(amax, codes.device), out, n, chan[0],
+                                 chan[1], float(qmax), PER_CHANNEL=chan[1] > 1, WIDE=_wide(n),
+                                 BLOCK=BLOCK)
     return out
 
 
@@ -314,7 +329,7 @@ def learnable_grad(grad: torch.Tensor, x: torch.Tensor, amax: torch.Tensor, qmin
     if n:
         with _launch_context(x.device):
             _fq_learnable_grad[_grid(n)](
-                grad, x, _scales(amax, qmax, x.device), gx, gamax, n, chan[0], chan[1],
+                grad, x, _amax_arg(amax, x.device), gx, gamax, n, chan[0], chan[1],
                 float(qmin), float(qmax), PER_CHANNEL=chan[1] > 1, WIDE=_wide(n),
                 BLOCK=BLOCK)
     return gx, gamax.reshape(amax.shape).to(amax.dtype)
