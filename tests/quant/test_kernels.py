@@ -336,3 +336,23 @@ def test_output_pool_reuses_only_unreferenced_buffers():
     _kernels.empty_cache()
     assert _kernels.pool_stats()["held_bytes"] == 0
     torch.testing.assert_close(y4, ref, **EXACT)  # still valid after the pool let go
+
+
+def test_output_pool_hands_a_buffer_between_dtypes_of_equal_bytes():
+    """A float32 output's buffer, once free, may come back as a bfloat16 output of twice the
+    elements (the pool keys on bytes): values and dtypes stay right both ways."""
+    _kernels.empty_cache()
+    amax = torch.tensor(1.0)
+    x32 = torch.randn(200, 100)  # 80 kB
+    x16 = (torch.randn(400, 100) * 2).bfloat16()  # the same bytes
+    for _ in range(2):
+        y32, _ = _C.fake_quant_forward(x32, amax, -127, 127)
+        torch.testing.assert_close(y32, _fused.fake_quant_forward(x32, amax, -127, 127)[0], **EXACT)
+        ptr = y32.data_ptr()
+        del y32
+        y16, _ = _C.fake_quant_forward(x16, amax, -127, 127)
+        assert y16.data_ptr() == ptr  # the float32 output's buffer, handed over
+        assert y16.dtype == torch.bfloat16 and y16.shape == x16.shape
+        torch.testing.assert_close(y16, _fused.fake_quant_forward(x16, amax, -127, 127)[0], **EXACT)
+        del y16
+    _kernels.empty_cache()
