@@ -41,13 +41,34 @@ def test_offset_width_and_mask_size_helpers() -> None:
     assert not tk._wide(last_narrow)
     assert tk._wide(last_narrow + 1) and tk._wide(2**31) and tk._wide(2**40)
     assert not tk._wide(0) and not tk._wide(1)
+    import triton
+
+    for n in (0, 1, tk.BLOCK - 1, tk.BLOCK, tk.BLOCK + 1, last_narrow, last_narrow + 1, 2**40 + 3):
+        assert tk._grid(n) == (triton.cdiv(n, tk.BLOCK),)  # plain arithmetic, same programs
 
 
-def test_launch_context_selects_the_tensor_device() -> None:
+def test_dense_and_same_layout_fast_paths_agree_with_the_general_rule() -> None:
     from trtqat.quant import triton_kernels as tk
 
+    x = torch.empty(2, 3, 4, 5)
+    for t, dense in ((x, True), (x.contiguous(memory_format=torch.channels_last), True),
+                     (x.permute(3, 1, 0, 2), True), (x[:, :, ::2], False), (x[:, 1:], False),
+                     (torch.empty(3, 1, 4).transpose(0, 1), True), (torch.empty(0, 3), True)):
+        assert tk._dense(t) is dense, (t.shape, t.stride())
+    cl = x.contiguous(memory_format=torch.channels_last)
+    assert tk._same_layout(cl, torch.empty_like(cl)) and not tk._same_layout(cl, x)
+    assert tk._same_layout(torch.empty(3, 1), torch.empty(3, 1).t().t())
+    assert tk._same_layout(torch.empty(1, 3), torch.empty(3, 1).t())  # size-1 strides ignored
+
+
+def test_launch_context_selects_the_tensor_device(monkeypatch) -> None:
+    from trtqat.quant import triton_kernels as tk
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # no GPU needed
     guard = tk._launch_context(torch.device("cuda", 1))  # not entered: CUDA is not touched
     assert isinstance(guard, torch.cuda.device) and guard.idx == 1
+    # the tensor's device already current: no switch (it costs host time every launch)
+    assert not isinstance(tk._launch_context(torch.device("cuda", 0)), torch.cuda.device)
     assert not isinstance(tk._launch_context(torch.device("cpu")), torch.cuda.device)
 
 

@@ -156,6 +156,8 @@ def _interpreting() -> bool:
 def _dense(t: torch.Tensor) -> bool:
     """Non-overlapping and dense: the elements fill ``numel`` consecutive storage slots
     (trivially so without elements, whatever the strides of the other dimensions)."""
+    if t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)):
+        return True  # the common layouts, told by torch (host time: this runs every call)
     if t.numel() == 0:
         return True
     expected = 1
@@ -167,6 +169,8 @@ def _dense(t: torch.Tensor) -> bool:
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.stride() == b.stride():
+        return a.shape == b.shape
     return a.shape == b.shape and all(
         sa == sb for sa, sb, sz in zip(a.stride(), b.stride(), a.shape) if sz != 1)
 
@@ -198,14 +202,22 @@ def _channel(x: torch.Tensor, amax: torch.Tensor) -> tuple[int, int] | None:
 def _amax_arg(amax: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``amax`` as the kernels read it: its elements in order, on ``device`` (a view where it
     is already there; the kernels compute the scale from it)."""
+    if amax.device == device and amax.is_contiguous():
+        return amax  # the kernels read its storage in order: no view needed
     flat = amax.detach().reshape(-1)
     if flat.device != device:
         flat = flat.to(device)
     return flat if flat.is_contiguous() else flat.contiguous()
 
 
+def _programs(n: int) -> int:
+    """``ceil(n / BLOCK)`` (plain arithmetic: ``triton.cdiv`` costs microseconds of host time
+    a call)."""
+    return -(-n // BLOCK)
+
+
 def _grid(n: int) -> tuple[int]:
-    return (triton.cdiv(n, BLOCK),)
+    return (_programs(n),)
 
 
 def _mask_bytes(n: int) -> int:
@@ -220,15 +232,19 @@ def _mask_bytes(n: int) -> int:
 
 def _wide(n: int) -> bool:
     """Whether offsets need int64: the last program's ``pid * BLOCK + BLOCK - 1`` must fit int32."""
-    return triton.cdiv(n, BLOCK) * BLOCK > 2**31 - 1
+    return _programs(n) * BLOCK > 2**31 - 1
+
+
+_SAME_DEVICE = contextlib.nullcontext()
 
 
 def _launch_context(device: torch.device) -> contextlib.AbstractContextManager:
     """Make ``device`` current for a launch: Triton launches on the *current* CUDA device and
     its current stream, not on the device of the tensors it is given."""
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None \
+            and device.index != torch.cuda.current_device():
         return torch.cuda.device(device)
-    return contextlib.nullcontext()
+    return _SAME_DEVICE  # already current: switching costs host time for nothing
 
 
 def forward(x: torch.Tensor, amax: torch.Tensor, qmin: int, qmax: int,
