@@ -253,8 +253,8 @@ def kernel_report() -> dict[str, str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _resolve(kind)
-    cpu = f"compiled C++ for float32/bfloat16, {getattr(_C, '__file__', '?')}" if _C is not None else \
-        f"pytorch - {_MISSING.get('cpu', 'not available')}"
+    cpu = (f"compiled C++ for float32/bfloat16, {getattr(_C, '__file__', '?')}" if _C is not None
+           else f"pytorch - {_MISSING.get('cpu', 'not available')}")
     if _C is not None and not hasattr(_C, "fake_quant_apply"):
         cpu += ("; built from an older source, without the one-call quantizer path: rebuild "
                 "with pip install --no-build-isolation -e .")

@@ -1,11 +1,12 @@
 """Finds the fast fake-quant kernels: the compiled CPU kernel and the Triton GPU kernels.
 
 CPU (float32, bfloat16): the extension built at install time (``trtqat._C``) is preferred.
-When the install could not build it (pip's default build isolation hides torch from ``setup.py``), the
-same source is compiled once on first use with ``torch.utils.cpp_extension.load`` into a
-per-user cache keyed by the torch version, the Python version and the source hash
-(``$TRTQAT_CACHE_DIR``, else ``$XDG_CACHE_HOME/trtqat`` or ``~/.cache/trtqat``); later
-processes import the cached library directly. ``TRTQAT_JIT=0`` turns that compile off.
+When the install could not build it (pip's default build isolation hides torch from
+``setup.py``), the same source is compiled once on first use with
+``torch.utils.cpp_extension.load`` into a per-user cache keyed by the torch version, the
+Python version and the source hash (``$TRTQAT_CACHE_DIR``, else ``$XDG_CACHE_HOME/trtqat`` or
+``~/.cache/trtqat``); later processes import the cached library directly. ``TRTQAT_JIT=0``
+turns that compile off.
 
 CUDA: the Triton kernels of :mod:`trtqat.quant.triton_kernels`, imported on the first CUDA
 tensor (Triton ships with torch's Linux CUDA wheels).

@@ -202,8 +202,8 @@ def _channel(x: torch.Tensor, amax: torch.Tensor) -> tuple[int, int] | None:
 def _amax_arg(amax: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``amax`` as the kernels read it: its elements in order, on ``device`` (a view where it
     is already there; the kernels compute the scale from it)."""
-    if amax.device == device and amax.is_contiguous():
-        return amax  # the kernels read its storage in order: no view needed
+    if amax.device == device and amax.is_contiguous():  # read in storage order: no view
+        return amax.detach() if amax.requires_grad else amax
     flat = amax.detach().reshape(-1)
     if flat.device != device:
         flat = flat.to(device)
