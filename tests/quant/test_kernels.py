@@ -198,8 +198,9 @@ def test_unsupported_inputs_fall_back(x, amax):
                                                      (4, False, False)])
 @pytest.mark.parametrize("axis", [None, 0])
 def test_bfloat16_ties_and_rounding_to_bfloat16(num_bits, unsigned, narrow, axis):
-    """Values exactly k + 0.5 steps (every one a bfloat16) round half to even; results that
-    are not bfloat16 values (steps of 0.3) are rounded to bfloat16 once, as .to() does."""
+    """Values k + 0.5 steps (exactly so where bfloat16 holds them: |k + 0.5| <= 128) round
+    half to even; results that are not bfloat16 values (steps of 0.3) are rounded to bfloat16
+    once, as .to() does."""
     qmin, qmax = quant_bounds(num_bits, unsigned, narrow)
     k = torch.arange(qmin - 3, qmax + 3, dtype=torch.float32)
     halves = torch.cat([k + 0.5, -(k + 0.5), k]) * 0.25
