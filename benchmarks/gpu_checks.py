@@ -136,7 +136,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _run(check: Check, argv: list[str], log: Path, limit_s: float, env: dict) -> tuple[int | None, float]:
+def _run(argv: list[str], log: Path, limit_s: float, env: dict) -> tuple[int | None, float]:
     """Run one check in its own process group, output to ``log``; (exit code or None when
     it overran and was killed, seconds)."""
     t0 = time.monotonic()
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             log = out / f"{check.name}.log"
             print(f"[gpu_checks] {check.name} ...", flush=True)
-            rc, seconds = _run(check, argv, log, min(check.limit_s, left), env)
+            rc, seconds = _run(argv, log, min(check.limit_s, left), env)
             row.update(rc=rc, seconds=seconds, log=log.name,
                        result="passed" if rc == 0 else
                        ("overran, killed" if rc is None else f"failed (exit {rc})"))
