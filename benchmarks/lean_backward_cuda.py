@@ -17,12 +17,11 @@ kernels, no peak memory).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 import torchvision
@@ -41,20 +40,11 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-@contextlib.contextmanager
-def _path(lean: bool) -> Iterator[None]:
-    """The lean path (on every device, the CPU included) or the plain one inside the block."""
-    previous = lean_backward.set_enabled(lean)
-    try:
-        yield
-    finally:
-        lean_backward.set_enabled(previous)
-
-
 def _grads(net: nn.Sequential, x: torch.Tensor, lean: bool, amp: bool) -> list[torch.Tensor]:
     net.zero_grad(set_to_none=True)
     x = x.clone().requires_grad_()
-    with _path(lean), torch.autocast(DEV[0], dtype=torch.bfloat16, enabled=amp):
+    # the lean path on every device (the CPU included), or the plain one
+    with lean_backward.using(lean), torch.autocast(DEV[0], dtype=torch.bfloat16, enabled=amp):
         y = net(x)
     assert (y.grad_fn.name() == "_LeanQuantFnBackward") == lean, y.grad_fn.name()
     (y.float() * torch.linspace(-1, 2, y.numel(), device=y.device).reshape(y.shape)).sum().backward()
@@ -128,19 +118,18 @@ def step_memory(args: argparse.Namespace) -> None:
         k = rep % len(names)  # the order rotates every repetition
         for name in names[k:] + names[:k]:
             model, lean = variants[name]
-            previous = lean_backward.set_enabled(lean)
-            _sync()
-            cuda = DEV[0] == "cuda"
-            base = torch.cuda.memory_allocated() if cuda else 0
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            _step(model, opts[name], x, target, amp)
-            _sync()
-            if rep:
-                times[name].append(time.perf_counter() - t0)
-            peak[name] = torch.cuda.max_memory_allocated() - base if cuda else 1
-            lean_backward.set_enabled(previous)
+            with lean_backward.using(lean):
+                _sync()
+                cuda = DEV[0] == "cuda"
+                base = torch.cuda.memory_allocated() if cuda else 0
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                _step(model, opts[name], x, target, amp)
+                _sync()
+                if rep:
+                    times[name].append(time.perf_counter() - t0)
+                peak[name] = torch.cuda.max_memory_allocated() - base if cuda else 1
     print(f"{args.model}, batch {args.batch}, {args.size}x{args.size}, amp {args.amp}, "
           f"{torch.cuda.get_device_name() if DEV[0] == 'cuda' else 'cpu'}: one SGD step")
     for name in variants:

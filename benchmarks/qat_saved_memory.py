@@ -175,7 +175,7 @@ def _rows(name: str, amp: str, args: argparse.Namespace) -> dict[str, dict[str, 
     fp32, qat = _models(name, x)
     rows = {"fp32": _measure(fp32, x, x2, amp)}
     for label, lean in (("plain cpu", False), ("lean cpu", True)):
-        with _lean(lean):
+        with lean_backward.using(lean):
             rows[label] = _measure(qat, x, x2, amp)
     if not args.no_mask:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -185,7 +185,7 @@ def _rows(name: str, amp: str, args: argparse.Namespace) -> dict[str, dict[str, 
         try:
             qat.to(device)
             for label, lean in (("plain mask", False), ("lean mask", True)):
-                with _lean(lean):
+                with lean_backward.using(lean):
                     rows[label] = _measure(qat, x.to(device), x2.to(device), amp)
         finally:
             _kernels.fake_quant_forward_masked = saved
@@ -202,15 +202,6 @@ def _rows(name: str, amp: str, args: argparse.Namespace) -> dict[str, dict[str, 
             finally:
                 fake_quant_op.set_recompute(previous)
     return rows
-
-
-@contextlib.contextmanager
-def _lean(on: bool) -> Iterator[None]:
-    previous = lean_backward.set_enabled(on)
-    try:
-        yield
-    finally:
-        lean_backward.set_enabled(previous)
 
 
 def _print(name: str, amp: str, args: argparse.Namespace,

@@ -42,7 +42,7 @@ from trtqat.quant import _kernels, fast_path
 from trtqat.quant.amax import fits
 from trtqat.quant.tensor_quantizer import TensorQuantizer, _exporting, _int_bounds
 
-__all__ = ["GPU", "disabled", "enabled", "quant_conv", "quant_linear", "set_enabled"]
+__all__ = ["GPU", "disabled", "enabled", "quant_conv", "quant_linear", "set_enabled", "using"]
 
 GPU = "gpu"  # set_enabled(GPU): tensors on a GPU only (the default)
 
@@ -68,13 +68,18 @@ def set_enabled(on: bool | str) -> bool | str:
 
 
 @contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """The plain path inside the ``with`` block."""
-    previous = set_enabled(False)
+def using(on: bool | str) -> Iterator[None]:
+    """``set_enabled(on)`` inside the ``with`` block, the previous setting after it."""
+    previous = set_enabled(on)
     try:
         yield
     finally:
         set_enabled(previous)
+
+
+def disabled() -> contextlib.AbstractContextManager[None]:
+    """The plain path inside the ``with`` block."""
+    return using(False)
 
 
 def _plain_range(q, x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
