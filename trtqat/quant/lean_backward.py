@@ -97,12 +97,12 @@ def _plain_range(q, x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
 
 
 def _ranges(layer, x: torch.Tensor, weight: torch.Tensor):
-    """Both quantizers' plain ranges, or None where the plain path must run."""
-    on = _state["enabled"]
-    if (not on or (on == GPU and x.device.type == "cpu") or _is_compiling()
-            or not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad) or not x.is_floating_point()
-            or nn_module._global_forward_hooks
-            or nn_module._global_forward_pre_hooks or _exporting()):
+    """Both quantizers' plain ranges, or None where the plain path must run (the callers
+    have checked first that the path is on for ``x``'s device)."""
+    if (_is_compiling() or not torch.is_grad_enabled()
+            or not (x.requires_grad or weight.requires_grad) or not x.is_floating_point()
+            or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+            or _exporting()):
         return None
     xr = _plain_range(layer._input_quantizer, x)
     wr = xr and _plain_range(layer._weight_quantizer, weight)
