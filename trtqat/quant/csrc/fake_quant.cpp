@@ -71,14 +71,20 @@ constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
 constexpr int64_t kGrain = 1 << 16;    // elements per parallel task (smaller: one thread)
 
 // ----------------------------------------------------------------- element loops
-// One element: x/s clamped a step beyond [lo, hi] (so the float->int rounding by kMagic is
-// exact), rounded half to even, clipped to [lo, hi] and scaled back; ``clipped`` records an
-// element outside [lo, hi] (or NaN).
-inline float fq_one(float x, float s, float lo, float hi, int& clipped) {
+// x/s clamped a step beyond [lo, hi] (so the float->int rounding by kMagic is exact) and
+// rounded half to even: a value in [lo - 1, hi + 1], outside [lo, hi] where x was clipped
+// (NaN stays NaN).
+inline float rounded(float x, float s, float lo, float hi) {
   const float v = x / s;
   float w = v < lo - 1.0f ? lo - 1.0f : v;
   w = w > hi + 1.0f ? hi + 1.0f : w;
-  const float r = (w + kMagic) - kMagic;
+  return (w + kMagic) - kMagic;
+}
+
+// One element: rounded, clipped to [lo, hi] and scaled back; ``clipped`` records an element
+// outside [lo, hi] (or NaN).
+inline float fq_one(float x, float s, float lo, float hi, int& clipped) {
+  const float r = rounded(x, s, lo, hi);
   clipped |= !((r >= lo) & (r <= hi));
   float q = r < lo ? lo : r;
   q = q > hi ? hi : q;
@@ -146,10 +152,7 @@ TRTQAT_INLINE int fwd_vector(const T* __restrict x, T* __restrict y, int64_t n,
 
 // 1 where round(x / s) lies in [lo, hi] (x kept its gradient), else 0
 TRTQAT_INLINE float keep_one(float x, float s, float lo, float hi) {
-  const float v = x / s;
-  float w = v < lo - 1.0f ? lo - 1.0f : v;
-  w = w > hi + 1.0f ? hi + 1.0f : w;
-  const float r = (w + kMagic) - kMagic;
+  const float r = rounded(x, s, lo, hi);
   return ((r >= lo) & (r <= hi)) ? 1.0f : 0.0f;
 }
 
